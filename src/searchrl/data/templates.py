@@ -1,0 +1,46 @@
+"""Prompt templates. The Search-R1 one is a compatibility contract with released checkpoints:
+its bytes, quirks included ("as your want", the Beijing example, the trailing newline), must
+not change."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+SEARCH_R1_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first "
+    "every time you get new information. After reasoning, if you find you lack some knowledge, "
+    "you can call a search engine by <search> query </search> and it will return the top "
+    "searched results between <information> and </information>. You can search as many times "
+    "as your want. If you find no further external knowledge needed, you can directly provide "
+    "the answer inside <answer> and </answer>, without detailed illustrations. For example, "
+    "<answer> Beijing </answer>. Question: {question}\n"
+)
+
+
+class ChatTokenizer(Protocol):
+    """The slice of a HF tokenizer the templates need."""
+
+    chat_template: Any
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any: ...
+
+
+def normalize_question(question: str) -> str:
+    """Strip, and end with '?' as the original data preparation does."""
+    question = question.strip()
+    return question if question.endswith("?") else question + "?"
+
+
+def search_r1_prompt(question: str) -> str:
+    """The plain-text Search-R1 prompt (base models)."""
+    return SEARCH_R1_TEMPLATE.format(question=normalize_question(question))
+
+
+def render_chat(tokenizer: ChatTokenizer | None, user_text: str) -> str:
+    """Wrap `user_text` in the tokenizer's chat template (instruct models), or return it as is
+    when the tokenizer has no template (base models)."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return user_text
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+    )
