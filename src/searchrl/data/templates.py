@@ -44,3 +44,26 @@ def render_chat(tokenizer: ChatTokenizer | None, user_text: str) -> str:
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
     )
+
+
+INVALID_ACTION_FEEDBACK = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer between "
+    "<answer> and </answer>. Let me try again.\n"
+)
+"""The original Search-R1 observation after a turn with neither a search nor an answer."""
+
+INFORMATION_OPEN = "\n\n<information>"
+INFORMATION_CLOSE = "</information>\n\n"
+
+
+def format_doc(index: int, contents: str) -> str:
+    """One retrieved passage as Search-R1 shows it: `Doc i(Title: <first line>) <rest>`."""
+    title, _, text = contents.partition("\n")
+    return f"Doc {index}(Title: {title}) {text}\n"
+
+
+def format_information(contents: list[str]) -> str:
+    """The observation after a search, byte-compatible with Search-R1's `<information>` block."""
+    docs = "".join(format_doc(i, c) for i, c in enumerate(contents, start=1))
+    return f"{INFORMATION_OPEN}{docs}{INFORMATION_CLOSE}"
