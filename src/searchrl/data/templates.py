@@ -64,6 +64,7 @@ def format_doc(index: int, contents: str) -> str:
 
 
 def format_information(contents: list[str]) -> str:
-    """The observation after a search, byte-compatible with Search-R1's `<information>` block."""
+    """The observation after a search, byte-compatible with Search-R1's `<information>` block
+    (the original strips the joined docs, so the last one has no trailing newline)."""
     docs = "".join(format_doc(i, c) for i, c in enumerate(contents, start=1))
-    return f"{INFORMATION_OPEN}{docs}{INFORMATION_CLOSE}"
+    return f"{INFORMATION_OPEN}{docs.strip()}{INFORMATION_CLOSE}"
