@@ -1,0 +1,95 @@
+"""Losses against hand-computed values, and masking gives exactly zero gradient."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from searchrl.algo.losses import (
+    kl_k1,
+    kl_k3,
+    kl_penalized_rewards,
+    make_aggregator,
+    ppo_clip,
+    seq_mean_token_mean,
+    token_mean,
+    training_mask,
+    value_loss,
+)
+
+
+def test_ppo_clip_hand_values() -> None:
+    old = torch.zeros(1, 4)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.5]]))
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    loss, clipped = ppo_clip(logp, old, adv, clip_eps=0.2)
+    # ratio 1.5, A>0 → min(1.5, 1.2) = 1.2; ratio 0.5, A>0 → 0.5 (unclipped is smaller);
+    # ratio 1.1, A<0 → −1.1 (inside the clip); ratio 0.5, A<0 → min(−0.5, −0.8) = −0.8.
+    torch.testing.assert_close(loss, torch.tensor([[-1.2, -0.5, 1.1, 0.8]]))
+    torch.testing.assert_close(clipped, torch.tensor([[1.0, 0.0, 0.0, 1.0]]))
+
+
+def test_value_loss_clipping() -> None:
+    values = torch.tensor([[2.0, 0.1]])
+    old = torch.tensor([[0.0, 0.0]])
+    returns = torch.tensor([[1.0, 1.0]])
+    loss, clipped = value_loss(values, old, returns, clip=0.5)
+    # v=2 → clipped to 0.5: max((2−1)², (0.5−1)²)/2 = 0.5; v=0.1: both (0.9)²/2.
+    torch.testing.assert_close(loss, torch.tensor([[0.5, 0.405]]))
+    torch.testing.assert_close(clipped, torch.tensor([[0.0, 0.0]]))
+
+
+def test_kl_estimators() -> None:
+    logp = torch.tensor([math.log(0.5)])
+    ref = torch.tensor([math.log(0.25)])
+    torch.testing.assert_close(kl_k1(logp, ref), torch.tensor([math.log(2.0)]))
+    # r = 0.25/0.5 = 0.5 → 0.5 − log 0.5 − 1
+    torch.testing.assert_close(kl_k3(logp, ref), torch.tensor([0.5 + math.log(2.0) - 1.0]))
+    torch.testing.assert_close(kl_k3(ref, ref), torch.tensor([0.0]))
+
+
+def test_aggregations() -> None:
+    values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert token_mean(values, mask).item() == 2.0
+    assert seq_mean_token_mean(values, mask).item() == (1.5 + 3.0) / 2
+    assert make_aggregator("token-mean") is token_mean
+
+
+def test_masking_switch() -> None:
+    policy = torch.tensor([[1, 0, 1]])
+    response = torch.tensor([[1, 1, 1]])
+    assert training_mask(policy, response, mask_env=True).tolist() == [[1.0, 0.0, 1.0]]
+    assert training_mask(policy, response, mask_env=False).tolist() == [[1.0, 1.0, 1.0]]
+
+
+def test_masked_token_gets_exactly_zero_gradient() -> None:
+    torch.manual_seed(0)
+    logp = torch.randn(2, 5, requires_grad=True)
+    old = logp.detach() + 0.01 * torch.randn(2, 5)
+    ref = logp.detach() - 0.1
+    adv = torch.randn(2, 5)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0, 0.0]])
+
+    def grad_with(advantages: torch.Tensor) -> torch.Tensor:
+        logp.grad = None
+        pg, _ = ppo_clip(logp, old, advantages, 0.2)
+        loss = seq_mean_token_mean(pg + 0.001 * kl_k3(logp, ref), mask)
+        loss.backward()
+        assert logp.grad is not None
+        return logp.grad.clone()
+
+    base = grad_with(adv)
+    assert torch.all(base[mask == 0] == 0)
+    perturbed = adv.clone()
+    perturbed[mask == 0] += 1e3  # an env token's loss contribution changes wildly
+    torch.testing.assert_close(grad_with(perturbed), base, rtol=0, atol=0)
+
+
+def test_kl_penalized_rewards_put_score_on_last_trained_token() -> None:
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 0.0]])
+    old = torch.zeros(1, 5)
+    ref = torch.full((1, 5), -1.0)
+    out = kl_penalized_rewards(torch.tensor([1.0]), old, ref, mask, kl_coef=0.1)
+    torch.testing.assert_close(out, torch.tensor([[-0.1, -0.1, 0.0, 0.9, 0.0]]))
