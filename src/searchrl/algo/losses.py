@@ -1,7 +1,7 @@
 """Per-token losses and their masked aggregation.
 
-All functions return per-token tensors `[B, T]`; `aggregate` turns them into a scalar using
-only the trained tokens (retrieved-token masking: env tokens contribute exactly nothing, and
+All functions return per-token tensors `[B, T]`; `aggregate` turns them into a scalar with
+weights that are zero off the trained tokens (retrieved-token masking: env tokens contribute exactly nothing, and
 the normalizer counts policy tokens only, so more retrieved text does not dilute the loss).
 
 Departures from the paper:
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-Aggregator = Callable[[Tensor, Tensor], Tensor]
+Weighting = Callable[[Tensor], Tensor]
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -31,27 +31,37 @@ def training_mask(policy_mask: Tensor, response_mask: Tensor, mask_env: bool) ->
     return (policy_mask if mask_env else response_mask).float()
 
 
-def token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Σ(values·mask) / Σmask over the whole batch. [B, T], [B, T] → scalar."""
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+def token_mean_weights(mask: Tensor) -> Tensor:
+    """Each trained token of the batch weighs 1 / (trained tokens in the batch). [B, T]."""
+    return mask / mask.sum().clamp(min=1.0)
 
 
-def seq_mean_token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over each row's trained tokens, then over rows that have any. → scalar."""
-    per_row = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
-    has_tokens = (mask.sum(-1) > 0).float()  # [B]
-    return (per_row * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+def seq_mean_token_mean_weights(mask: Tensor) -> Tensor:
+    """Each trained token weighs 1 / (its row's trained tokens · rows with any). [B, T]."""
+    per_row = mask.sum(-1, keepdim=True)  # [B, 1]
+    rows = (per_row > 0).sum().clamp(min=1)
+    return mask / per_row.clamp(min=1.0) / rows
 
 
-def make_aggregator(name: str) -> Aggregator:
-    """Pick the aggregation once, at trainer construction."""
-    table: dict[str, Aggregator] = {
-        "token-mean": token_mean,
-        "seq-mean-token-mean": seq_mean_token_mean,
+def make_loss_weights(name: str) -> Weighting:
+    """Pick the aggregation once, at trainer construction.
+
+    Aggregation is expressed as per-token weights computed on the whole mini-batch, so the
+    loss of a micro-batch is just `(loss · weights[rows]).sum()` and gradient accumulation
+    over micro-batches gives exactly the mini-batch loss.
+    """
+    table: dict[str, Weighting] = {
+        "token-mean": token_mean_weights,
+        "seq-mean-token-mean": seq_mean_token_mean_weights,
     }
     if name not in table:
         raise ValueError(f"unknown loss aggregation {name!r}; expected one of {list(table)}")
     return table[name]
+
+
+def aggregate(values: Tensor, weights: Tensor) -> Tensor:
+    """Weighted sum of per-token values: the scalar loss. [B, T], [B, T] → scalar."""
+    return (values * weights).sum()
 
 
 def ppo_clip(

@@ -10,10 +10,11 @@ from searchrl.algo.losses import (
     kl_k1,
     kl_k3,
     kl_penalized_rewards,
-    make_aggregator,
+    aggregate,
+    make_loss_weights,
     ppo_clip,
-    seq_mean_token_mean,
-    token_mean,
+    seq_mean_token_mean_weights,
+    token_mean_weights,
     training_mask,
     value_loss,
 )
@@ -52,9 +53,18 @@ def test_kl_estimators() -> None:
 def test_aggregations() -> None:
     values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert token_mean(values, mask).item() == 2.0
-    assert seq_mean_token_mean(values, mask).item() == (1.5 + 3.0) / 2
-    assert make_aggregator("token-mean") is token_mean
+    assert aggregate(values, token_mean_weights(mask)).item() == 2.0
+    assert aggregate(values, seq_mean_token_mean_weights(mask)).item() == (1.5 + 3.0) / 2
+    assert make_loss_weights("token-mean") is token_mean_weights
+
+
+def test_micro_batches_sum_to_the_mini_batch_loss() -> None:
+    values = torch.randn(4, 6)
+    mask = (torch.rand(4, 6) > 0.4).float()
+    weights = seq_mean_token_mean_weights(mask)
+    whole = aggregate(values, weights)
+    parts = aggregate(values[:2], weights[:2]) + aggregate(values[2:], weights[2:])
+    torch.testing.assert_close(parts, whole)
 
 
 def test_masking_switch() -> None:
@@ -75,7 +85,7 @@ def test_masked_token_gets_exactly_zero_gradient() -> None:
     def grad_with(advantages: torch.Tensor) -> torch.Tensor:
         logp.grad = None
         pg, _ = ppo_clip(logp, old, advantages, 0.2)
-        loss = seq_mean_token_mean(pg + 0.001 * kl_k3(logp, ref), mask)
+        loss = aggregate(pg + 0.001 * kl_k3(logp, ref), seq_mean_token_mean_weights(mask))
         loss.backward()
         assert logp.grad is not None
         return logp.grad.clone()

@@ -1,0 +1,115 @@
+"""Checkpoints that resume exactly and survive a kill mid-write.
+
+A checkpoint is a directory `step_NNNNNN/` holding one `.pt` file per part (trainable weights,
+optimizer, scheduler, RNG states, data position, step). It is written into a hidden temporary
+directory and renamed into place only when complete; `LATEST` is then replaced atomically.
+A crash at any point leaves the previous checkpoint intact and `LATEST` pointing at it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "LATEST"
+
+
+def step_dir(root: Path, step: int) -> Path:
+    """Where the checkpoint of `step` lives."""
+    return root / f"step_{step:06d}"
+
+
+def save_checkpoint(root: Path, step: int, parts: dict[str, Any], keep: int) -> Path:
+    """Write `parts` (name → picklable state) as checkpoint `step`; keep the newest `keep`."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".tmp_{final.name}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    for name, state in parts.items():
+        torch.save(state, tmp / f"{name}.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    pointer = root / f".{LATEST}.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / LATEST)
+    _prune(root, keep)
+    return final
+
+
+def _complete_steps(root: Path) -> list[Path]:
+    """Finished checkpoint directories, oldest first (temporaries are hidden and skipped)."""
+    return sorted(p for p in root.glob("step_*") if p.is_dir())
+
+
+def _prune(root: Path, keep: int) -> None:
+    for old in _complete_steps(root)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp_step_*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint `LATEST` names, else the newest complete one, else None."""
+    pointer = root / LATEST
+    if pointer.is_file():
+        named = root / pointer.read_text().strip()
+        if named.is_dir():
+            return named
+    steps = _complete_steps(root) if root.is_dir() else []
+    return steps[-1] if steps else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """All parts of a checkpoint directory, by name (loaded onto the CPU)."""
+    return {
+        p.stem: torch.load(p, map_location="cpu", weights_only=False)
+        for p in sorted(path.glob("*.pt"))
+    }
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the trainer draws from, so a resumed run continues the same streams."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Only the parameters that change (all weights, or just LoRA adapters), plus buffers
+    are not needed: frozen weights are reloaded from the model source on resume."""
+    return {n: p.detach().cpu().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def load_trainable(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy saved trainable parameters back in place; a missing or extra name is an error."""
+    params = dict(module.named_parameters())
+    missing = {n for n, p in params.items() if p.requires_grad} - set(state)
+    unknown = set(state) - set(params)
+    if missing or unknown:
+        raise KeyError(f"checkpoint mismatch: missing {sorted(missing)}, unknown {sorted(unknown)}")
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)

@@ -1,0 +1,333 @@
+"""The RL training step as a named pipeline, one timer per stage:
+
+    sample prompts → rollouts (n per prompt) → rewards → old & ref log-probs (+ values)
+    → advantages → critic and policy mini-batch updates over `ppo_epochs` → metrics
+
+The trainer knows nothing about models' origins, retrievers or worlds: it receives a rollout
+function and the networks (see `train.run` for the wiring). Under `accelerate launch` each
+process samples its own slice of the prompts and rolls them out; DDP averages the gradients, so
+every rank holds the same weights after each update. GRPO groups never straddle ranks (all
+samples of a prompt are drawn on one rank).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from searchrl.algo.advantages import AdvantageInputs, make_estimator
+from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
+from searchrl.config.train import TrainConfig
+from searchrl.reward.outcome import RewardFn
+from searchrl.train import checkpoint as ckpt
+from searchrl.train.collate import collate
+from searchrl.train.logprobs import batched_logprobs, batched_values
+from searchrl.train.metrics import StageTimer, eval_metrics, rollout_metrics
+from searchrl.train.models import (
+    evaluating,
+    make_optimizer,
+    reference_context,
+    trainable,
+    warmup_then_constant,
+)
+from searchrl.train.update import (
+    Experience,
+    UpdateSettings,
+    critic_micro_loss,
+    minibatches,
+    optimize,
+    policy_micro_loss,
+)
+from searchrl.types import Question, Trajectory
+
+
+class RolloutFn(Protocol):
+    """Questions → trajectories (`n_samples` each, grouped by question uid)."""
+
+    def __call__(
+        self, questions: Sequence[Question], *, n_samples: int, seed: int, greedy: bool
+    ) -> list[Trajectory]: ...
+
+
+@dataclass
+class PromptSampler:
+    """Epoch-wise seeded shuffles of the training questions; its state is two integers, so a
+    resumed run draws exactly the prompts the uninterrupted run would have."""
+
+    questions: Sequence[Question]
+    seed: int
+    epoch: int = 0
+    position: int = 0
+
+    def _order(self) -> list[int]:
+        order = list(range(len(self.questions)))
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+        return order
+
+    def next_batch(self, size: int) -> list[Question]:
+        """The next `size` questions, wrapping into a new shuffle at the end of an epoch."""
+        picked: list[Question] = []
+        while len(picked) < size:
+            order = self._order()
+            take = order[self.position : self.position + size - len(picked)]
+            picked.extend(self.questions[i] for i in take)
+            self.position += len(take)
+            if self.position >= len(order):
+                self.epoch, self.position = self.epoch + 1, 0
+        return picked
+
+
+@dataclass
+class Distributed:
+    """This process's place among the training processes (1 of 1 without accelerate)."""
+
+    rank: int = 0
+    world_size: int = 1
+    wrap: Callable[[nn.Module], nn.Module] = lambda module: module
+    barrier: Callable[[], None] = lambda: None
+
+
+class Trainer:
+    """Owns networks, optimizers, sampler and step counter; `step()` runs one RL step."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        policy: nn.Module,
+        critic: nn.Module | None,
+        reference: nn.Module | None,
+        pad_id: int,
+        rollout: RolloutFn,
+        reward: RewardFn,
+        questions: Sequence[Question],
+        dist: Distributed | None = None,
+    ) -> None:
+        self.config = config
+        self.dist = dist or Distributed()
+        self.policy, self.critic, self.reference = policy, critic, reference
+        self.model = self.dist.wrap(policy)
+        self.critic_model = self.dist.wrap(critic) if critic is not None else None
+        self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
+        self.sampler = PromptSampler(questions, config.seed)
+        self.step_count = 0
+        algo, optim = config.algo, config.optim
+        self.estimator = make_estimator(
+            algo.advantage,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            scale_by_std=algo.scale_by_std,
+            eps=algo.adv_eps,
+        )
+        self.weights = make_loss_weights(algo.loss_agg)
+        self.kl_loss = (
+            None if algo.kl_in_reward or algo.kl_coef == 0 else make_kl(algo.kl_estimator)
+        )
+        self.optimizer = make_optimizer(policy, optim.lr, optim.weight_decay)
+        self.scheduler = warmup_then_constant(self.optimizer, config.steps, optim.warmup_ratio)
+        self.critic_optimizer = None
+        self.critic_scheduler = None
+        if critic is not None:
+            self.critic_optimizer = make_optimizer(critic, optim.critic_lr, optim.weight_decay)
+            self.critic_scheduler = warmup_then_constant(
+                self.critic_optimizer, config.steps, optim.critic_warmup_ratio
+            )
+        self.settings = UpdateSettings(
+            micro_batch_size=config.micro_batch_size,
+            grad_clip=optim.grad_clip,
+            bf16=config.policy.autocast_bf16,
+            temperature=max(config.rollout.temperature, 1e-6),
+            clip_eps=algo.clip_eps,
+            kl_coef=algo.kl_coef,
+            entropy_coef=algo.entropy_coef,
+            value_clip=algo.value_clip,
+        )
+
+    # ---- the pipeline -------------------------------------------------------------------
+    def step(self) -> tuple[dict[str, float], list[Trajectory]]:
+        """One RL step; returns its metrics and trajectories."""
+        timer = StageTimer()
+        with timer("step"):
+            with timer("gen"):
+                trajectories = self._rollouts()
+            with timer("reward"):
+                self._score(trajectories)
+            with timer("ref"):
+                exp = self._experience(trajectories)
+            with timer("adv"):
+                exp = self._advantages(exp, trajectories)
+            stats: dict[str, float] = {}
+            if self.critic is not None:
+                with timer("update_critic"):
+                    stats.update(self._update_critic(exp))
+            with timer("update_actor"):
+                stats.update(self._update_policy(exp))
+        self.step_count += 1
+        metrics = {**rollout_metrics(trajectories), **stats, **timer.metrics()}
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        tokens = float(exp.batch.attention_mask.sum())
+        metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
+        metrics["train/epoch"] = float(self.sampler.epoch)
+        return metrics, trajectories
+
+    def _rollouts(self) -> list[Trajectory]:
+        """Sample this rank's slice of the step's prompts and roll each out n times."""
+        cfg, dist = self.config, self.dist
+        prompts = self.sampler.next_batch(cfg.batch_size)[dist.rank :: dist.world_size]
+        seed = (cfg.seed * 100_003 + self.step_count) * dist.world_size + dist.rank
+        with evaluating(self.policy):
+            return self.rollout(prompts, n_samples=cfg.n_samples, seed=seed, greedy=False)
+
+    def _score(self, trajectories: Sequence[Trajectory]) -> None:
+        for traj in trajectories:
+            traj.reward = self.reward(traj)
+
+    def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
+        """Collate, then old and reference log-probs (and old values) before any update."""
+        batch = collate(trajectories, self.pad_id)
+        mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
+        micro, bf16, temp = (
+            self.settings.micro_batch_size,
+            self.settings.bf16,
+            self.settings.temperature,
+        )
+        with evaluating(self.policy):
+            old_logp = batched_logprobs(self.policy, batch, micro, temp, bf16)
+            ref_logp = None
+            if self.config.algo.kl_coef > 0:
+                ref_model, context = reference_context(self.policy, self.reference)
+                with context:  # type: ignore[attr-defined]
+                    ref_logp = batched_logprobs(ref_model, batch, micro, temp, bf16)
+        old_values = None
+        if self.critic is not None:
+            with evaluating(self.critic):
+                old_values = batched_values(self.critic, batch, micro, bf16)
+        zeros = torch.zeros_like(old_logp)
+        return Experience(batch, mask, old_logp, zeros, ref_logp, None, old_values)
+
+    def _advantages(self, exp: Experience, trajectories: Sequence[Trajectory]) -> Experience:
+        """Token rewards (−β·KL in the reward for PPO), then the configured estimator."""
+        algo = self.config.algo
+        scores = torch.tensor([t.reward["score"] for t in trajectories], dtype=torch.float32)
+        kl_coef = algo.kl_coef if algo.kl_in_reward and exp.ref_logp is not None else 0.0
+        ref = exp.ref_logp if exp.ref_logp is not None else exp.old_logp
+        token_rewards = kl_penalized_rewards(scores, exp.old_logp, ref, exp.mask, kl_coef)
+        inputs = AdvantageInputs(
+            scores=scores,
+            token_rewards=token_rewards,
+            mask=exp.mask,
+            group_ids=[t.uid or t.question for t in trajectories],
+            values=exp.old_values,
+        )
+        advantages, returns = self.estimator(inputs)
+        return Experience(
+            exp.batch,
+            exp.mask,
+            exp.old_logp,
+            advantages,
+            exp.ref_logp,
+            returns,
+            exp.old_values,
+        )
+
+    def _groups(self, n_rows: int, epoch: int, salt: int) -> list[list[int]]:
+        cfg = self.config
+        generator = torch.Generator().manual_seed(
+            ((cfg.seed * 7_919 + self.step_count) * 31 + epoch) * 2 + salt
+        )
+        return minibatches(n_rows, max(cfg.batch_size // cfg.mini_batch_size, 1), generator)
+
+    def _update_policy(self, exp: Experience) -> dict[str, float]:
+        n = exp.batch.input_ids.shape[0]
+        stats: dict[str, float] = {}
+        loss = policy_micro_loss(self.model, exp, self.settings, self.kl_loss)
+        for epoch in range(self.config.ppo_epochs):
+            stats = optimize(
+                trainable(self.policy),
+                self.optimizer,
+                self._groups(n, epoch, 0),
+                self.weights,
+                exp.mask,
+                self.settings.micro_batch_size,
+                self.settings.grad_clip,
+                loss,
+                "actor",
+            )
+        self.scheduler.step()
+        return stats
+
+    def _update_critic(self, exp: Experience) -> dict[str, float]:
+        assert self.critic_model is not None and self.critic_optimizer is not None
+        n = exp.batch.input_ids.shape[0]
+        stats: dict[str, float] = {}
+        loss = critic_micro_loss(self.critic_model, exp, self.settings)
+        for epoch in range(self.config.ppo_epochs):
+            stats = optimize(
+                trainable(self.critic_model),
+                self.critic_optimizer,
+                self._groups(n, epoch, 1),
+                self.weights,
+                exp.mask,
+                self.settings.micro_batch_size,
+                self.settings.grad_clip,
+                loss,
+                "critic",
+            )
+        assert self.critic_scheduler is not None
+        self.critic_scheduler.step()
+        return stats
+
+    # ---- evaluation and checkpoints -----------------------------------------------------
+    def evaluate(self, questions: Sequence[Question]) -> tuple[dict[str, float], list[Trajectory]]:
+        """Greedy rollouts on held-out questions: `val/test_score/<source>` and friends."""
+        with evaluating(self.policy):
+            trajectories = self.rollout(questions, n_samples=1, seed=self.config.seed, greedy=True)
+        self._score(trajectories)
+        sources = {q.uid: q.source for q in questions}
+        return eval_metrics(trajectories, sources), trajectories
+
+    def state(self) -> dict[str, Any]:
+        """Everything an exact resume needs."""
+        parts: dict[str, Any] = {
+            "policy": ckpt.trainable_state(self.policy),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "trainer": {
+                "step": self.step_count,
+                "sampler": (self.sampler.epoch, self.sampler.position),
+                "rng": ckpt.rng_state(),
+            },
+        }
+        if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
+            parts["critic"] = ckpt.trainable_state(self.critic)
+            parts["critic_optimizer"] = self.critic_optimizer.state_dict()
+            parts["critic_scheduler"] = self.critic_scheduler.state_dict()
+        return parts
+
+    def save(self, root: Path) -> Path:
+        """Atomically write a checkpoint of the current step."""
+        return ckpt.save_checkpoint(
+            root, self.step_count, self.state(), self.config.keep_checkpoints
+        )
+
+    def restore(self, path: Path) -> None:
+        """Load a checkpoint written by `save`: weights, optimizers, schedules, RNG, data."""
+        parts = ckpt.load_checkpoint(path)
+        ckpt.load_trainable(self.policy, parts["policy"])
+        self.optimizer.load_state_dict(parts["optimizer"])
+        self.scheduler.load_state_dict(parts["scheduler"])
+        if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
+            ckpt.load_trainable(self.critic, parts["critic"])
+            self.critic_optimizer.load_state_dict(parts["critic_optimizer"])
+            self.critic_scheduler.load_state_dict(parts["critic_scheduler"])
+        trainer = parts["trainer"]
+        self.step_count = trainer["step"]
+        self.sampler.epoch, self.sampler.position = trainer["sampler"]
+        ckpt.restore_rng(trainer["rng"])

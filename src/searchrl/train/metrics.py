@@ -1,0 +1,134 @@
+"""Step metrics under Search-R1's names, stage timers, and the sinks they are written to.
+
+Names follow Search-R1's verl logs (`critic/score/mean`, `actor/pg_loss`, `env/*`,
+`state_tokens/coverage`, `timing_s/*`) so public training curves can be overlaid on ours.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from searchrl.types import Trajectory
+
+
+class StageTimer:
+    """Wall time per named stage of one step (`timing_s/<name>`)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        """`timing_s/<stage>` for every stage timed so far."""
+        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return fmean(values) if values else 0.0
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Reward, length and search behaviour of one step's trajectories."""
+    scores = [t.reward.get("score", 0.0) for t in trajectories]
+    lengths = [len(t.response_ids) for t in trajectories]
+    policy = [sum(t.loss_mask()) for t in trajectories]
+    return {
+        "critic/score/mean": _mean(scores),
+        "critic/score/max": max(scores, default=0.0),
+        "critic/score/min": min(scores, default=0.0),
+        "reward/em": _mean([t.reward.get("em", 0.0) for t in trajectories]),
+        "reward/f1": _mean([t.reward.get("f1", 0.0) for t in trajectories]),
+        "reward/format_valid": _mean([t.reward.get("format_valid", 0.0) for t in trajectories]),
+        "response_length/mean": _mean(lengths),
+        "response_length/max": max(lengths, default=0),
+        "response_length/clip_ratio": _mean([float(t.stats.truncated) for t in trajectories]),
+        "env/number_of_valid_search": _mean([t.stats.searches for t in trajectories]),
+        "env/number_of_actions/mean": _mean([t.stats.turns for t in trajectories]),
+        "env/invalid_actions/mean": _mean([t.stats.invalid_actions for t in trajectories]),
+        "env/finish_ratio": _mean([float(t.answer is not None) for t in trajectories]),
+        "state_tokens/total": float(sum(policy)),
+        "state_tokens/coverage": sum(policy) / max(sum(lengths), 1),
+    }
+
+
+def eval_metrics(
+    trajectories: Sequence[Trajectory], sources: dict[str, str], prefix: str = "val"
+) -> dict[str, float]:
+    """Held-out EM per source (`val/test_score/<source>`, sources maps uid → source) and
+    overall, plus format, search counts and length."""
+    by_source: dict[str, list[float]] = {}
+    for t in trajectories:
+        source = sources.get(t.uid) or "all"
+        by_source.setdefault(source, []).append(t.reward.get("em", 0.0))
+    out = {f"{prefix}/test_score/{s}": _mean(v) for s, v in sorted(by_source.items())}
+    out[f"{prefix}/em"] = _mean([t.reward.get("em", 0.0) for t in trajectories])
+    out[f"{prefix}/f1"] = _mean([t.reward.get("f1", 0.0) for t in trajectories])
+    out[f"{prefix}/format_valid"] = _mean([t.reward.get("format_valid", 0.0) for t in trajectories])
+    out[f"{prefix}/searches"] = _mean([t.stats.searches for t in trajectories])
+    out[f"{prefix}/response_length"] = _mean([len(t.response_ids) for t in trajectories])
+    return out
+
+
+class MetricsWriter:
+    """Appends one JSON object per step to `metrics.jsonl`; mirrors to TensorBoard / W&B."""
+
+    def __init__(self, out_dir: Path, tensorboard: bool, wandb_project: str, config: Any) -> None:
+        self.path = out_dir / "metrics.jsonl"
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(out_dir / "tensorboard"))
+        if wandb_project:
+            import wandb
+
+            self._wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop rows of steps the checkpoint does not contain (they will be redone)."""
+        if not self.path.is_file():
+            return
+        rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [r for r in rows if r.get("step", 0) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        """Record the metrics of `step`."""
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for key, value in metrics.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def save_trajectories(path: Path, trajectories: Sequence[Trajectory]) -> None:
+    """One JSON trajectory per line (the trajectory viewer reads these)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for t in trajectories:
+            handle.write(json.dumps(t.to_json()) + "\n")

@@ -1,0 +1,150 @@
+"""The three networks of RL training and their optimizers.
+
+- policy: the loaded causal LM, trained in fp32 (optionally LoRA adapters via peft, optionally
+  gradient checkpointing);
+- reference: a frozen copy of the policy at the start of RL (the KL anchor); with LoRA the
+  reference is the base model with adapters disabled, so no second copy is held;
+- critic (PPO only): a *separate copy* of the backbone with a scalar value head, its own
+  optimizer and learning rate, as in the paper (not a head on the shared policy trunk).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import torch
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from searchrl.config.train import PolicyConfig
+from searchrl.train.collate import Batch
+
+
+class Critic(nn.Module):
+    """Value model: transformer backbone + linear head, V(s_t) read before each response token.
+
+    The head starts at zero so initial values are 0 and early advantages equal raw returns.
+    """
+
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        base = getattr(causal_lm, "base_model", causal_lm)
+        base = getattr(base, "model", base)
+        self.backbone = copy.deepcopy(base)
+        for param in self.backbone.parameters():
+            param.requires_grad_(True)
+        hidden = self.backbone.config.hidden_size
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: Batch) -> Tensor:
+        """→ values [b, R] (the state before response token t is the prefix up to P + t − 1)."""
+        hidden = self.backbone(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        ).last_hidden_state  # [b, P + R, H]
+        width = batch.response_length
+        states = hidden[:, -(width + 1) : -1]  # [b, R, H]
+        return self.head(states.float()).squeeze(-1)
+
+
+def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
+    """Make the loaded model trainable: fp32 master weights, LoRA and checkpointing as asked."""
+    model = model.float()
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if config.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=config.lora_alpha,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+    model.train()
+    return model
+
+
+def frozen_reference(policy: nn.Module, lora: bool) -> nn.Module | None:
+    """A frozen copy of the policy; None under LoRA (use `reference_context` instead)."""
+    if lora:
+        return None
+    reference = copy.deepcopy(policy)
+    reference.eval()
+    for param in reference.parameters():
+        param.requires_grad_(False)
+    return reference
+
+
+def reference_context(policy: nn.Module, reference: nn.Module | None) -> tuple[nn.Module, object]:
+    """(model to call for reference log-probs, context manager to hold while calling it)."""
+    if reference is not None:
+        return reference, nullcontext()
+    return policy, policy.disable_adapter()  # type: ignore[operator]
+
+
+def trainable(module: nn.Module) -> list[nn.Parameter]:
+    """Parameters the optimizer updates (all, or only the LoRA adapters)."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def make_optimizer(module: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (fp32 states)."""
+    return torch.optim.AdamW(trainable(module), lr=lr, weight_decay=weight_decay)
+
+
+def warmup_then_constant(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
+) -> LambdaLR:
+    """Linear warm-up over `warmup_ratio · total_steps`, then constant, as verl's default."""
+    warmup = int(total_steps * warmup_ratio)
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+    return LambdaLR(optimizer, factor)
+
+
+def warmup_then_linear_decay(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
+) -> LambdaLR:
+    """Linear warm-up then linear decay to 0 (used by SFT, which has a known end)."""
+    warmup = max(int(total_steps * warmup_ratio), 1)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
+
+    return LambdaLR(optimizer, factor)
+
+
+@contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """Temporarily switch off dropout (rollouts and old/ref log-probs see the eval graph)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def merged_for_export(policy: nn.Module) -> nn.Module:
+    """A plain HF model to save or to generate with: LoRA adapters merged into a copy."""
+    if hasattr(policy, "merge_and_unload"):
+        return copy.deepcopy(policy).merge_and_unload()
+    return policy
+
+
+def no_grad_context(enabled: bool) -> AbstractContextManager[object]:
+    """`torch.no_grad()` when enabled, else a no-op (for code shared by train and eval)."""
+    return torch.no_grad() if enabled else nullcontext()

@@ -1,0 +1,163 @@
+"""Mini-batch updates of the policy (clipped surrogate + KL + entropy) and the critic.
+
+Both go through `optimize`: for each mini-batch, accumulate gradients over micro-batches whose
+losses are weighted so they sum to the mini-batch loss, clip the global norm, and step — unless
+the gradient is NaN/inf, in which case the update is skipped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from searchrl.algo.losses import (
+    KLEstimator,
+    Weighting,
+    aggregate,
+    ppo_clip,
+    value_loss,
+)
+from searchrl.train.collate import Batch
+from searchrl.train.logprobs import autocast, forward_logprobs, to_device
+
+# (micro-batch row indices, per-token loss weights of those rows) → (loss, logged stats)
+MicroLoss = Callable[[list[int], Tensor], tuple[Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Experience:
+    """Everything one step's update needs, computed before any weight changes. Rows follow
+    the trajectories; `[N, R]` tensors are aligned with `batch.response_ids`."""
+
+    batch: Batch
+    mask: Tensor  # [N, R] tokens the loss sees (policy only, or all under the ablation)
+    old_logp: Tensor  # [N, R]
+    advantages: Tensor  # [N, R]
+    ref_logp: Tensor | None = None  # [N, R] when the KL is a loss term
+    returns: Tensor | None = None  # [N, R] PPO critic targets
+    old_values: Tensor | None = None  # [N, R] PPO
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """Loop and loss settings shared by policy and critic updates."""
+
+    micro_batch_size: int
+    grad_clip: float
+    bf16: bool
+    temperature: float
+    clip_eps: float
+    kl_coef: float
+    entropy_coef: float
+    value_clip: float
+
+
+def minibatches(n_rows: int, n_minibatches: int, generator: torch.Generator) -> list[list[int]]:
+    """A seeded shuffle of the rows, split into `n_minibatches` near-equal parts."""
+    order = torch.randperm(n_rows, generator=generator).tolist()
+    size = -(-n_rows // max(n_minibatches, 1))
+    return [order[i : i + size] for i in range(0, n_rows, size)]
+
+
+def optimize(
+    params: Sequence[nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    groups: Sequence[list[int]],
+    weights: Weighting,
+    mask: Tensor,
+    micro_batch_size: int,
+    grad_clip: float,
+    micro_loss: MicroLoss,
+    prefix: str,
+) -> dict[str, float]:
+    """One optimizer step per mini-batch; returns stats averaged over mini-batches, plus
+    `<prefix>/grad_norm` and `<prefix>/skipped_updates` (NaN/inf gradients, not applied)."""
+    totals: dict[str, float] = {}
+    for rows in groups:
+        row_weights = weights(mask[rows])  # [m, R]
+        optimizer.zero_grad(set_to_none=True)
+        stats: dict[str, float] = {}
+        for start in range(0, len(rows), micro_batch_size):
+            micro = rows[start : start + micro_batch_size]
+            loss, micro_stats = micro_loss(micro, row_weights[start : start + micro_batch_size])
+            loss.backward()
+            for key, value in micro_stats.items():
+                stats[key] = stats.get(key, 0.0) + value
+        limit = grad_clip if grad_clip > 0 else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+        finite = bool(torch.isfinite(torch.tensor(norm)))
+        if finite:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        stats[f"{prefix}/grad_norm"] = norm if finite else 0.0
+        stats[f"{prefix}/skipped_updates"] = float(not finite)
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value
+    skipped = totals.pop(f"{prefix}/skipped_updates", 0.0)
+    out = {k: v / max(len(groups), 1) for k, v in totals.items()}
+    out[f"{prefix}/skipped_updates"] = skipped
+    return out
+
+
+def _micro_rows(exp: Experience, micro: list[int]) -> tuple[Batch, int]:
+    """The trimmed micro-batch and its response width."""
+    mb = exp.batch.select(micro)
+    return mb, mb.response_length
+
+
+def policy_micro_loss(
+    model: nn.Module, exp: Experience, settings: UpdateSettings, kl: KLEstimator | None
+) -> MicroLoss:
+    """Clipped surrogate (+ β·KL to the reference when it is a loss term) − entropy bonus."""
+    device = next(model.parameters()).device
+
+    def loss_fn(micro: list[int], weights: Tensor) -> tuple[Tensor, dict[str, float]]:
+        mb, width = _micro_rows(exp, micro)
+        weights = weights[:, :width].to(device)  # [m, R']
+        with autocast(settings.bf16, device):
+            logp, ent = forward_logprobs(model, to_device(mb, device), settings.temperature, True)
+        old = exp.old_logp[micro, :width].to(device)  # [m, R']
+        adv = exp.advantages[micro, :width].to(device)  # [m, R']
+        pg, clipped = ppo_clip(logp, old, adv, settings.clip_eps)  # [m, R'] each
+        assert ent is not None
+        total = pg - settings.entropy_coef * ent
+        stats = {
+            "actor/pg_loss": float(aggregate(pg.detach(), weights)),
+            "actor/pg_clipfrac": float(aggregate(clipped, weights)),
+            "actor/entropy_loss": float(aggregate(ent.detach(), weights)),
+            "actor/ppo_kl": float(aggregate((old - logp).detach(), weights)),
+        }
+        if kl is not None and exp.ref_logp is not None:
+            kl_tok = kl(logp, exp.ref_logp[micro, :width].to(device))  # [m, R']
+            total = total + settings.kl_coef * kl_tok
+            stats["actor/kl_loss"] = float(aggregate(kl_tok.detach(), weights))
+        return aggregate(total, weights), stats
+
+    return loss_fn
+
+
+def critic_micro_loss(critic: nn.Module, exp: Experience, settings: UpdateSettings) -> MicroLoss:
+    """Clipped value regression towards the GAE returns."""
+    device = next(critic.parameters()).device
+
+    def loss_fn(micro: list[int], weights: Tensor) -> tuple[Tensor, dict[str, float]]:
+        if exp.returns is None or exp.old_values is None:
+            raise ValueError("critic update needs returns and old values")
+        mb, width = _micro_rows(exp, micro)
+        weights = weights[:, :width].to(device)
+        with autocast(settings.bf16, device):
+            values = critic(to_device(mb, device)).float()  # [m, R']
+        old = exp.old_values[micro, :width].to(device)
+        returns = exp.returns[micro, :width].to(device)
+        loss, clipped = value_loss(values, old, returns, settings.value_clip)
+        stats = {
+            "critic/vf_loss": float(aggregate(loss.detach(), weights)),
+            "critic/vf_clipfrac": float(aggregate(clipped, weights)),
+            "critic/vpred_mean": float(aggregate(values.detach(), weights)),
+        }
+        return aggregate(loss, weights), stats
+
+    return loss_fn

@@ -1,0 +1,114 @@
+"""Trainer: a step updates weights, resume is exact, NaN updates are skipped, env tokens get
+no gradient through the whole update path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchrl.reward.outcome import em_reward
+from searchrl.train import checkpoint as ckpt
+from searchrl.train.loop import Trainer
+from searchrl.train.models import Critic, frozen_reference, prepare_policy
+from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
+
+
+def make_trainer(**overrides: object) -> Trainer:
+    config = tiny_config(**overrides)
+    policy = prepare_policy(tiny_llama(), config.policy)
+    critic = Critic(policy) if config.uses_critic else None
+    reference = frozen_reference(policy, lora=False)
+    return Trainer(config, policy, critic, reference, 0, scripted_rollout, em_reward, questions())
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "gae"])
+def test_step_changes_weights_and_reports_metrics(advantage: str) -> None:
+    algo = {"advantage": advantage, "kl_in_reward": advantage == "gae"}
+    trainer = make_trainer(algo=algo)
+    before = weights(trainer)
+    metrics, trajectories = trainer.step()
+    assert len(trajectories) == 8
+    after = weights(trainer)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    for key in (
+        "critic/score/mean",
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "timing_s/gen",
+        "timing_s/update_actor",
+        "state_tokens/coverage",
+        "env/finish_ratio",
+    ):
+        assert key in metrics
+    if advantage == "gae":
+        assert "critic/vf_loss" in metrics
+    else:
+        assert "actor/kl_loss" in metrics
+
+
+def test_resume_is_exact(tmp_path: Path) -> None:
+    straight = make_trainer()
+    for _ in range(3):
+        straight.step()
+
+    first = make_trainer()
+    first.step()
+    first.save(tmp_path)
+    first.step()  # the work after the checkpoint is lost when the process is killed
+    del first
+    resumed = make_trainer()
+    latest = ckpt.latest_checkpoint(tmp_path)
+    assert latest is not None
+    resumed.restore(latest)
+    assert resumed.step_count == 1
+    resumed.step()
+    resumed.step()
+    a, b = weights(straight), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nan_gradient_skips_the_update() -> None:
+    trainer = make_trainer()
+    before = weights(trainer)
+    first_param = next(trainer.policy.parameters())
+    hook = first_param.register_hook(lambda g: torch.full_like(g, float("nan")))
+    metrics, _ = trainer.step()
+    hook.remove()
+    assert metrics["actor/skipped_updates"] == 2.0
+    after = weights(trainer)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_env_tokens_get_zero_gradient_through_the_update() -> None:
+    trainer = make_trainer()
+    trajectories = scripted_rollout(questions(2), n_samples=2, seed=0, greedy=False)
+    trainer._score(trajectories)
+    exp = trainer._advantages(trainer._experience(trajectories), trajectories)
+    env = (exp.batch.response_mask == 1) & (exp.batch.policy_mask == 0)
+    assert env.any()
+
+    def grads(advantages: torch.Tensor) -> list[torch.Tensor]:
+        from dataclasses import replace
+
+        from searchrl.train.update import policy_micro_loss
+
+        trainer.policy.zero_grad()
+        loss_fn = policy_micro_loss(
+            trainer.policy, replace(exp, advantages=advantages), trainer.settings, trainer.kl_loss
+        )
+        rows = list(range(exp.batch.input_ids.shape[0]))
+        loss, _ = loss_fn(rows, trainer.weights(exp.mask))
+        loss.backward()
+        return [p.grad.clone() for p in trainer.policy.parameters() if p.grad is not None]
+
+    base = grads(exp.advantages)
+    perturbed = exp.advantages.clone()
+    perturbed[env] = 1e4
+    for g0, g1 in zip(base, grads(perturbed), strict=True):
+        assert torch.equal(g0, g1)
