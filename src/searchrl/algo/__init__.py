@@ -4,13 +4,13 @@ Imports only `searchrl.types` and torch, so it can be tested without models or d
 
 from searchrl.algo.advantages import AdvantageInputs, Estimator, gae, make_estimator
 from searchrl.algo.losses import (
+    aggregate,
     entropy_from_logits,
     kl_k1,
     kl_k3,
     kl_penalized_rewards,
-    aggregate,
-    make_loss_weights,
     make_kl,
+    make_loss_weights,
     ppo_clip,
     training_mask,
     value_loss,
@@ -19,15 +19,15 @@ from searchrl.algo.losses import (
 __all__ = [
     "AdvantageInputs",
     "Estimator",
+    "aggregate",
     "entropy_from_logits",
     "gae",
     "kl_k1",
     "kl_k3",
     "kl_penalized_rewards",
-    "aggregate",
-    "make_loss_weights",
     "make_estimator",
     "make_kl",
+    "make_loss_weights",
     "ppo_clip",
     "training_mask",
     "value_loss",

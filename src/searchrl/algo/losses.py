@@ -1,8 +1,9 @@
 """Per-token losses and their masked aggregation.
 
 All functions return per-token tensors `[B, T]`; `aggregate` turns them into a scalar with
-weights that are zero off the trained tokens (retrieved-token masking: env tokens contribute exactly nothing, and
-the normalizer counts policy tokens only, so more retrieved text does not dilute the loss).
+weights that are zero off the trained tokens (retrieved-token masking: env tokens contribute
+exactly nothing, and the normalizer counts policy tokens only, so more retrieved text does not
+dilute the loss).
 
 Departures from the paper:
 - The paper's objective averages per trajectory, then over trajectories

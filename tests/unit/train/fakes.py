@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from searchrl.config.train import TrainConfig
 from searchrl.config import from_dict
+from searchrl.config.train import TrainConfig
 from searchrl.types import Question, Trajectory
 
 VOCAB = 64

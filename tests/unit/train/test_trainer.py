@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
 
 from searchrl.reward.outcome import em_reward
 from searchrl.train import checkpoint as ckpt
 from searchrl.train.loop import Trainer
 from searchrl.train.models import Critic, frozen_reference, prepare_policy
-from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
 
 
 def make_trainer(**overrides: object) -> Trainer:
