@@ -1,0 +1,95 @@
+"""Settings of the data stage: the synthetic search world and training mixes.
+
+The world exists because a 135M-parameter model on a laptop cannot learn to search over real
+Wikipedia in minutes, and because a model may already know the answers to real questions. An
+invented encyclopedia has answers that exist only in its corpus, so every correct answer was
+found by searching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """How big the invented world is, how hard its questions are and how noisy its corpus is."""
+
+    seed: int = 0
+    """Seed of the one `random.Random` the generator draws from: same seed, same files."""
+
+    num_entities: int = 400
+    """Entities before distractors are added (people, places, organisations, works, countries)."""
+
+    kind_shares: tuple[float, float, float, float, float] = (0.45, 0.12, 0.03, 0.15, 0.25)
+    """Shares of people, cities, countries, organisations and works among `num_entities`."""
+
+    spouse_rate: float = 0.5
+    """Fraction of people who are married to another person of the world."""
+
+    same_name_rate: float = 0.08
+    """Fraction of people given a namesake: a second person with the same name and another
+    occupation. Both are then written as `Name (occupation)` and named with the occupation."""
+
+    near_duplicate_rate: float = 0.08
+    """Fraction of entities given a near-duplicate twin: one syllable of the name changed, the
+    same kind of facts with different values, so lexical search can land on the wrong one."""
+
+    phrasing_variety: int = 3
+    """How many phrasings of each fact and question are in use (1 = always the first)."""
+
+    sentences_per_passage: int = 3
+    """Sentences per passage; an entity's facts are spread over several passages, as
+    Wikipedia spreads them over sections."""
+
+    filler_sentences: int = 1
+    """Fact-free sentences added to each entity, so passages are not pure fact lists."""
+
+    hop_weights: tuple[float, float, float, float] = (0.25, 0.25, 0.25, 0.25)
+    """Relative frequency of questions needing 1, 2, 3 and 4 hops."""
+
+    train_questions: int = 300
+    """Questions in the train split."""
+
+    dev_questions: int = 50
+    """Questions in the dev split."""
+
+    test_questions: int = 100
+    """Questions in the test split."""
+
+    reference_top_k: int = 3
+    """Passages per search in the reference trajectories (Search-R1's top-k)."""
+
+
+def world_preset(name: str) -> WorldConfig:
+    """Named sizes: `test` (unit tests, well under a second), `demo` (CPU demo: ~300 entities,
+    ~1000 passages, a few hundred questions, a few seconds) and `large` (~20k entities)."""
+    presets = {
+        "test": WorldConfig(
+            num_entities=120, train_questions=120, dev_questions=20, test_questions=60
+        ),
+        "demo": WorldConfig(),
+        "large": WorldConfig(
+            num_entities=20_000, train_questions=20_000, dev_questions=1_000, test_questions=2_000
+        ),
+    }
+    if name not in presets:
+        raise ValueError(f"unknown world preset {name!r}; choose one of {sorted(presets)}")
+    return presets[name]
+
+
+@dataclass(frozen=True)
+class MixConfig:
+    """A training mix: which sources, from which files, shuffled how."""
+
+    sources: tuple[str, ...] = ("nq", "hotpotqa")
+    """Benchmark names (the paper's training set is NQ train + HotpotQA train)."""
+
+    split: str = "train"
+    """Split to take from each source."""
+
+    seed: int = 0
+    """Seed of the shuffle of the pooled questions."""
+
+    max_per_source: int | None = None
+    """Keep at most this many questions of each source (None keeps all)."""
