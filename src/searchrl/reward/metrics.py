@@ -3,6 +3,10 @@
 SQuAD-style normalization (lower-case, drop punctuation, drop the articles a/an/the, collapse
 whitespace), as Search-R1 and FlashRAG use it. Every metric takes the best score over the list
 of golden answers.
+
+Two edge cases are settled here rather than copied: a golden answer that normalizes to nothing
+(e.g. "The") no longer counts as contained in every prediction for SubEM, and for F1 two empty
+token lists agree (SQuAD v2), so EM = 1 always implies F1 = 1 and SubEM = 1.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from collections.abc import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# The body may not contain another opening tag, so "<answer> a <answer> b </answer>" gives "b".
+_ANSWER = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.DOTALL)
+# HotpotQA/FlashRAG F1: a yes/no/noanswer on either side scores only if both sides agree exactly.
+_CLOSED_ANSWERS = frozenset({"yes", "no", "noanswer"})
 
 
 def normalize_answer(text: str) -> str:
@@ -37,14 +44,22 @@ def exact_match(prediction: str | None, golden_answers: str | Sequence[str]) -> 
 
 
 def sub_exact_match(prediction: str | None, golden_answers: str | Sequence[str]) -> float:
-    """1.0 if any normalized gold answer is contained in the normalized prediction."""
+    """1.0 if any normalized gold answer is contained in the normalized prediction (an empty
+    normalized gold is contained only in an empty prediction)."""
     if prediction is None:
         return 0.0
     pred = normalize_answer(prediction)
-    return float(any(normalize_answer(g) in pred for g in _golds(golden_answers)))
+    golds = (normalize_answer(g) for g in _golds(golden_answers))
+    return float(any(g in pred if g else pred == g for g in golds))
 
 
-def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+def _f1(pred: str, gold: str) -> float:
+    """Token F1 of two normalized strings."""
+    if pred != gold and (pred in _CLOSED_ANSWERS or gold in _CLOSED_ANSWERS):
+        return 0.0
+    pred_tokens, gold_tokens = pred.split(), gold.split()
+    if not pred_tokens or not gold_tokens:
+        return float(pred_tokens == gold_tokens)
     common = Counter(pred_tokens) & Counter(gold_tokens)
     same = sum(common.values())
     if same == 0:
@@ -58,10 +73,8 @@ def f1_score(prediction: str | None, golden_answers: str | Sequence[str]) -> flo
     """Token-level F1 between normalized prediction and the best-matching gold answer."""
     if prediction is None:
         return 0.0
-    pred = normalize_answer(prediction).split()
-    return max(
-        (_f1(pred, normalize_answer(g).split()) for g in _golds(golden_answers)), default=0.0
-    )
+    pred = normalize_answer(prediction)
+    return max((_f1(pred, normalize_answer(g)) for g in _golds(golden_answers)), default=0.0)
 
 
 def extract_answer(response: str) -> str | None:
