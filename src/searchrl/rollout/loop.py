@@ -1,0 +1,243 @@
+"""The multi-turn search rollout (Search-R1 Algorithm 1) as an explicit state machine.
+
+Every trajectory is a row in one of four phases: GENERATE → (SEARCH →) INSERT → GENERATE … →
+DONE. Each pass of the loop generates for all GENERATE rows in one backend call, sends the
+queries of all SEARCH rows to the retriever in one batched call, then inserts observations.
+Every termination rule lives in `_decide`.
+
+Where this departs from the original on purpose:
+- generation stops at `</search>`/`</answer>`/EOS (the original had no stop strings);
+- env tokens are tokenized once, when inserted, and appended as an `env` segment at that moment
+  (the original re-tokenized the whole text to rebuild its mask);
+- a truncated `<information>` block keeps its closing tag, and the total length cap never cuts
+  the prompt: the trajectory stops growing instead;
+- a retriever failure marks only the affected trajectories failed; the batch goes on.
+As in the original code, `max_turns` counts generation rounds (searches or not), and one final
+round follows in which a search is not executed.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from searchrl.config.rollout import RolloutConfig
+from searchrl.data.templates import INFORMATION_CLOSE, INVALID_ACTION_FEEDBACK, format_information
+from searchrl.models.generation import GenerationBackend, SamplingParams
+from searchrl.retrieval.base import RetrievalError, Retriever
+from searchrl.reward.metrics import answer_metrics, extract_answer
+from searchrl.rollout.parse import Action, parse_action
+from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
+from searchrl.types import Hit, Question, SearchCall, Trajectory
+
+
+class Phase(enum.Enum):
+    """Where a trajectory is in the protocol."""
+
+    GENERATE = "generate"
+    SEARCH = "search"
+    INSERT = "insert"
+    DONE = "done"
+
+
+@dataclass
+class _Row:
+    """One trajectory in flight and the step it is waiting for."""
+
+    traj: Trajectory
+    turn: int
+    phase: Phase = Phase.GENERATE
+    query: str = ""
+    pending_env: str = ""
+    hits: list[Hit] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Prompt plus response tokens so far."""
+        return len(self.traj.prompt_ids) + sum(len(s.token_ids) for s in self.traj.segments)
+
+
+class _Tokenizer:
+    """The two tokenizer calls the engine makes, with the settings it always uses."""
+
+    def __init__(self, tokenizer: object):
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))  # type: ignore[attr-defined]
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+
+
+class RolloutEngine:
+    """Runs rows through the protocol with one backend, one tokenizer and one retriever."""
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        tokenizer: object,
+        retriever: Retriever,
+        config: RolloutConfig,
+        seed: int,
+    ):
+        self.backend = backend
+        self.tok = _Tokenizer(tokenizer)
+        self.retriever = retriever
+        self.config = config
+        self.seed = seed
+        self._close_ids = self.tok.encode(INFORMATION_CLOSE)
+
+    def run(self, starts: Sequence[Trajectory]) -> list[Trajectory]:
+        """Extend every start trajectory until it is done; returns them in the same order."""
+        rows = [_Row(traj=t, turn=t.stats.turns) for t in starts]
+        for row in rows:
+            row.phase = self._decide(row, None)
+        while True:
+            generating = [r for r in rows if r.phase is Phase.GENERATE]
+            if not generating:
+                break
+            self._generate(generating)
+            self._search([r for r in rows if r.phase is Phase.SEARCH])
+            for row in rows:
+                if row.phase is Phase.INSERT:
+                    self._insert(row)
+        for row in rows:
+            self._score(row.traj)
+        return [r.traj for r in rows]
+
+    def _decide(self, row: _Row, action: Action | None) -> Phase:
+        """The termination rules, all in one place. `action` is the turn just generated, or
+        None when the row has just been created or had env tokens inserted."""
+        stats = row.traj.stats
+        if stats.failed is not None:
+            return self._finish(row, "failed")
+        out_of_room = row.length >= self.config.max_total_tokens
+        if action is None:
+            return self._finish(row, "length", truncated=True) if out_of_room else Phase.GENERATE
+        if action.kind == "answer":
+            return self._finish(row, "answer")
+        if row.turn > self.config.max_turns:
+            return self._finish(row, "max_turns")
+        if out_of_room:
+            return self._finish(row, "length", truncated=True)
+        if action.kind == "search":
+            return Phase.SEARCH
+        row.pending_env = INVALID_ACTION_FEEDBACK
+        return Phase.INSERT
+
+    def _finish(self, row: _Row, reason: str, *, truncated: bool = False) -> Phase:
+        row.traj.stats.stop_reason = reason
+        row.traj.stats.truncated = row.traj.stats.truncated or truncated
+        return Phase.DONE
+
+    def _sampling(self, row: _Row) -> SamplingParams:
+        room = self.config.max_total_tokens - row.length
+        return SamplingParams(
+            max_new_tokens=min(self.config.max_response_tokens, room),
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            seed=row_seed(self.seed, row.traj.id, row.turn),
+            stop=self.config.stop,
+        )
+
+    def _generate(self, rows: list[_Row]) -> None:
+        """One backend call for every row waiting to generate."""
+        prompts = [r.traj.prompt_ids + r.traj.response_ids for r in rows]
+        started = time.perf_counter()
+        outputs = self.backend.generate(prompts, [self._sampling(r) for r in rows])
+        elapsed = time.perf_counter() - started
+        for row, out in zip(rows, outputs, strict=True):
+            row.traj.append("policy", out.text, out.token_ids)
+            row.traj.stats.generation_s += elapsed
+            row.turn += 1
+            row.traj.stats.turns = row.turn
+            action = parse_action(out.text)
+            if action.kind == "invalid":
+                row.traj.stats.invalid_actions += 1
+            else:
+                row.traj.stats.valid_actions += 1
+            row.query = action.content if action.kind == "search" else ""
+            row.phase = self._decide(row, action)
+
+    def _search(self, rows: list[_Row]) -> None:
+        """All queries of this turn in ONE retriever call; a failure fails these rows only."""
+        if not rows:
+            return
+        started = time.perf_counter()
+        failure: str | None = None
+        try:
+            results = self.retriever.search([r.query for r in rows], self.config.topk)
+        except RetrievalError as err:
+            results, failure = [], f"retrieval: {err}"
+        elapsed = time.perf_counter() - started
+        for i, row in enumerate(rows):
+            row.traj.stats.retrieval_s += elapsed
+            if failure is not None:
+                row.traj.stats.failed = failure
+                row.phase = self._decide(row, None)
+                continue
+            hits = results[i][: self.config.topk]
+            row.traj.searches.append(
+                SearchCall(query=row.query, doc_ids=[h.document.id for h in hits], turn=row.turn)
+            )
+            row.traj.stats.searches += 1
+            row.pending_env = format_information([h.document.contents for h in hits])
+            row.phase = Phase.INSERT
+
+    def _insert(self, row: _Row) -> None:
+        """Append the pending env text as an `env` segment: an observation is cut to its token
+        budget keeping `</information>\\n\\n`; any env text that cannot fit under the total cap
+        is not inserted at all, and the row ends truncated."""
+        room = self.config.max_total_tokens - row.length
+        ids = self.tok.encode(row.pending_env)
+        is_observation = row.pending_env.endswith(INFORMATION_CLOSE)
+        if is_observation and len(ids) > self.config.max_obs_tokens:
+            body = self.tok.encode(row.pending_env[: -len(INFORMATION_CLOSE)])
+            keep = max(self.config.max_obs_tokens - len(self._close_ids), 0)
+            ids = body[:keep] + self._close_ids
+            row.traj.stats.info_truncated += 1
+        row.pending_env = ""
+        if len(ids) > room:
+            row.phase = self._finish(row, "length", truncated=True)
+            return
+        row.traj.append("env", self.tok.decode(ids), ids)
+        row.phase = self._decide(row, None)
+
+    def _score(self, traj: Trajectory) -> None:
+        """Answer from the policy's own text only: the invalid-action feedback itself contains
+        `<answer> and </answer>`, which would otherwise be read as an answer."""
+        policy_text = "".join(s.text for s in traj.segments if s.role == "policy")
+        traj.answer = extract_answer(policy_text)
+        traj.metrics = answer_metrics(traj.answer, traj.golden_answers)
+
+
+def run_rollouts(
+    backend: GenerationBackend,
+    tokenizer: object,
+    retriever: Retriever,
+    questions: Sequence[Question],
+    config: RolloutConfig,
+    *,
+    n_samples: int = 1,
+    prefixes: Sequence[Trajectory | None] | None = None,
+    seed: int = 0,
+) -> list[Trajectory]:
+    """Roll out `n_samples` trajectories per question (grouped by question, `id = uid#sample`),
+    or, with `prefixes` (one per question, None = fresh, `n_samples` must be 1), continue each
+    given partial trajectory keeping its id, so the same seed reproduces the original
+    continuation. Returns finished trajectories with `answer` and `metrics` filled."""
+    if prefixes is None:
+        starts = fresh_trajectories(tokenizer, questions, n_samples, config.use_chat_template)
+    else:
+        if len(prefixes) != len(questions) or n_samples != 1:
+            raise ValueError("prefixes need one entry per question and n_samples == 1")
+        starts = [
+            continue_from(p)
+            if p is not None
+            else fresh_trajectories(tokenizer, [q], 1, config.use_chat_template)[0]
+            for q, p in zip(questions, prefixes, strict=True)
+        ]
+    return RolloutEngine(backend, tokenizer, retriever, config, seed).run(starts)
