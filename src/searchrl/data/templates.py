@@ -68,3 +68,55 @@ def format_information(contents: list[str]) -> str:
     (the original strips the joined docs, so the last one has no trailing newline)."""
     docs = "".join(format_doc(i, c) for i, c in enumerate(contents, start=1))
     return f"{INFORMATION_OPEN}{docs.strip()}{INFORMATION_CLOSE}"
+
+
+# Baseline prompts (seed 000 "Evaluation Methodology"). Each asks for the answer inside
+# <answer> tags, so one extractor and one set of metrics serve every method.
+
+DIRECT_TEMPLATE = (
+    "Answer the given question directly, without any explanation. Give only the answer inside "
+    "<answer> and </answer>. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+"""Direct inference: the model's parametric knowledge, no reasoning, no retrieval."""
+
+COT_TEMPLATE = (
+    "Answer the given question. Think step by step inside <think> and </think> first, then give "
+    "the answer inside <answer> and </answer>, without detailed illustrations. For example, "
+    "<answer> Beijing </answer>. Question: {question}\n"
+)
+"""Chain-of-thought prompting without retrieval."""
+
+R1_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first. "
+    "After reasoning, provide the answer inside <answer> and </answer>, without detailed "
+    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+"""R1: the Search-R1 instruction without the search engine (RL without retrieval)."""
+
+RAG_TEMPLATE = (
+    "Answer the given question using the retrieved documents below. Give only the answer inside "
+    "<answer> and </answer>, without detailed illustrations. For example, <answer> Beijing "
+    "</answer>.\n\nDocuments:\n{documents}\n\nQuestion: {question}\n"
+)
+"""RAG: top-k passages retrieved with the question as query, shown as Search-R1 shows them."""
+
+
+def direct_prompt(question: str) -> str:
+    """Prompt of the Direct baseline."""
+    return DIRECT_TEMPLATE.format(question=normalize_question(question))
+
+
+def cot_prompt(question: str) -> str:
+    """Prompt of the CoT baseline."""
+    return COT_TEMPLATE.format(question=normalize_question(question))
+
+
+def r1_prompt(question: str) -> str:
+    """Prompt of the R1 baseline (reasoning, no search)."""
+    return R1_TEMPLATE.format(question=normalize_question(question))
+
+
+def rag_prompt(question: str, contents: list[str]) -> str:
+    """Prompt of the RAG baseline; `contents` are corpus passages (`"Title"\\ntext`)."""
+    documents = "".join(format_doc(i, c) for i, c in enumerate(contents, start=1)).strip()
+    return RAG_TEMPLATE.format(question=normalize_question(question), documents=documents)

@@ -17,6 +17,7 @@ from typing import Any
 
 from searchrl.config.data import WorldConfig
 from searchrl.config.loading import to_dict
+from searchrl.data.benchmarks import question_row
 from searchrl.data.world.entities import Entity, generate_entities
 from searchrl.data.world.passages import Passage, write_passages
 from searchrl.data.world.questions import SPLITS, generate_questions
@@ -69,16 +70,6 @@ def solver_accuracy(references: Sequence[Reference]) -> dict[int, float]:
     return {h: sum(v) / len(v) for h, v in sorted(by_hops.items())}
 
 
-def _question_row(q: Question) -> dict[str, Any]:
-    return {
-        "id": q.uid.partition(":")[2],
-        "question": q.question,
-        "golden_answers": list(q.golden_answers),
-        "hops": q.hops,
-        "metadata": q.metadata,
-    }
-
-
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for row in rows:
@@ -106,7 +97,7 @@ def write_world(
     solver: dict[str, dict[str, float]] = {}
     for split in SPLITS:
         questions = world.questions[split]
-        _write_jsonl(out / f"{split}.jsonl", [_question_row(q) for q in questions])
+        _write_jsonl(out / f"{split}.jsonl", [question_row(q) for q in questions])
         refs = solve(questions, retriever, world.config.reference_top_k)
         write_references(refs, out / f"references_{split}.jsonl")
         solver[split] = {str(h): em for h, em in solver_accuracy(refs).items()}
