@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
-import bm25s
 import pytest
-import Stemmer
 
 from searchrl.config.data import WorldConfig, world_preset
 from searchrl.data.templates import format_information
@@ -21,30 +18,7 @@ from searchrl.data.world import (
     write_world,
 )
 from searchrl.data.world.schema import RELATIONS, parse_fact, title_of_mention
-from searchrl.types import Document, Hit
-
-
-class StandInBM25:
-    """A few lines of bm25s until the project's BM25Retriever lands."""
-
-    def __init__(self, docs: Sequence[Document]) -> None:
-        self._docs = list(docs)
-        self._stemmer = Stemmer.Stemmer("english")
-        self._index = bm25s.BM25()
-        tokens = bm25s.tokenize(
-            [d.contents for d in self._docs], stemmer=self._stemmer, show_progress=False
-        )
-        self._index.index(tokens, show_progress=False)
-
-    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        tokens = bm25s.tokenize(
-            list(queries), stemmer=self._stemmer, return_ids=False, show_progress=False
-        )
-        ids, scores = self._index.retrieve(tokens, k=k, show_progress=False)
-        return [
-            [Hit(self._docs[i], float(s)) for i, s in zip(row, srow, strict=True)]
-            for row, srow in zip(ids, scores, strict=True)
-        ]
+from searchrl.retrieval.bm25 import BM25Retriever
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +30,7 @@ def test_same_seed_same_files(tmp_path: Path) -> None:
     config = world_preset("test")
     for name in ("a", "b"):
         world = generate_world(config)
-        write_world(world, tmp_path / name, StandInBM25(world.documents))
+        write_world(world, tmp_path / name, BM25Retriever.build(world.documents))
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert {"corpus.jsonl", "train.jsonl", "references_test.jsonl"} <= set(files)
     for name in files:
@@ -71,14 +45,14 @@ def test_other_seed_other_world() -> None:
 
 def test_every_hop_count_is_solved_by_search(world: World) -> None:
     questions = [q for qs in world.questions.values() for q in qs]
-    refs = solve(questions, StandInBM25(world.documents), k=3)
+    refs = solve(questions, BM25Retriever.build(world.documents), k=3)
     accuracy = solver_accuracy(refs)
     assert set(accuracy) == {1, 2, 3, 4}
     assert all(em >= 0.95 for em in accuracy.values()), accuracy
 
 
 def test_reference_transcripts_have_the_search_r1_shape(world: World, tmp_path: Path) -> None:
-    retriever = StandInBM25(world.documents)
+    retriever = BM25Retriever.build(world.documents)
     refs = solve(world.questions["dev"], retriever, k=3)
     for ref in refs:
         roles = [s["role"] for s in ref.segments]
