@@ -3,15 +3,24 @@ backends behind one interface (HF transformers; vLLM on GPU)."""
 
 from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.models.hf_backend import HFBackend
-from searchrl.models.loading import LoadedModel, load_model, load_tokenizer, tiny_model
+from searchrl.models.loading import (
+    LoadedModel,
+    Policy,
+    load_model,
+    load_policy,
+    load_tokenizer,
+    tiny_model,
+)
 
 __all__ = [
     "Generation",
     "GenerationBackend",
     "HFBackend",
     "LoadedModel",
+    "Policy",
     "SamplingParams",
     "load_model",
+    "load_policy",
     "load_tokenizer",
     "tiny_model",
 ]

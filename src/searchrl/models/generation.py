@@ -55,6 +55,12 @@ class GenerationBackend(Protocol):
         ...
 
 
+class DecodeFn(Protocol):
+    """`tokenizer.decode` with special tokens kept."""
+
+    def __call__(self, token_ids: list[int]) -> str: ...
+
+
 class StopChecker:
     """Decides, token by token, whether a row is finished: EOS, a stop string completed by the
     newest token, or the length limit. Decodes the row's whole output each step so stop strings
@@ -77,12 +83,6 @@ class StopChecker:
         if len(token_ids) >= self._params.max_new_tokens:
             return "length", None
         return None
-
-
-class DecodeFn(Protocol):
-    """`tokenizer.decode` with special tokens kept."""
-
-    def __call__(self, token_ids: list[int]) -> str: ...
 
 
 def sample_tokens(

