@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from searchrl.config.rollout import RolloutConfig
@@ -30,7 +30,10 @@ from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics, extract_answer
 from searchrl.rollout.parse import Action, parse_action
 from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
-from searchrl.types import Hit, Question, SearchCall, Trajectory
+from searchrl.types import Hit, Question, Role, SearchCall, Segment, Trajectory
+
+Observer = Callable[[Trajectory, Segment], None]
+"""Called with each segment right after it is appended (live display in `searchrl chat`)."""
 
 
 class Phase(enum.Enum):
@@ -82,8 +85,10 @@ class RolloutEngine:
         retriever: Retriever,
         config: RolloutConfig,
         seed: int,
+        observer: Observer | None = None,
     ):
         self.backend = backend
+        self.observer = observer
         self.tok = _Tokenizer(tokenizer)
         self.retriever = retriever
         self.config = config
@@ -150,7 +155,7 @@ class RolloutEngine:
         outputs = self.backend.generate(prompts, [self._sampling(r) for r in rows])
         elapsed = time.perf_counter() - started
         for row, out in zip(rows, outputs, strict=True):
-            row.traj.append("policy", out.text, out.token_ids)
+            self._append(row.traj, "policy", out.text, out.token_ids)
             row.traj.stats.generation_s += elapsed
             row.turn += 1
             row.traj.stats.turns = row.turn
@@ -203,8 +208,13 @@ class RolloutEngine:
         if len(ids) > room:
             row.phase = self._finish(row, "length", truncated=True)
             return
-        row.traj.append("env", self.tok.decode(ids), ids)
+        self._append(row.traj, "env", self.tok.decode(ids), ids)
         row.phase = self._decide(row, None)
+
+    def _append(self, traj: Trajectory, role: Role, text: str, ids: list[int]) -> None:
+        segment = traj.append(role, text, ids)
+        if self.observer is not None:
+            self.observer(traj, segment)
 
     def _score(self, traj: Trajectory) -> None:
         """Answer from the policy's own text only: the invalid-action feedback itself contains
@@ -224,11 +234,13 @@ def run_rollouts(
     n_samples: int = 1,
     prefixes: Sequence[Trajectory | None] | None = None,
     seed: int = 0,
+    observer: Observer | None = None,
 ) -> list[Trajectory]:
     """Roll out `n_samples` trajectories per question (grouped by question, `id = uid#sample`),
     or, with `prefixes` (one per question, None = fresh, `n_samples` must be 1), continue each
     given partial trajectory keeping its id, so the same seed reproduces the original
-    continuation. Returns finished trajectories with `answer` and `metrics` filled."""
+    continuation. Returns finished trajectories with `answer` and `metrics` filled;
+    `observer` sees every segment as it is appended."""
     if prefixes is None:
         starts = fresh_trajectories(tokenizer, questions, n_samples, config.use_chat_template)
     else:
@@ -240,4 +252,4 @@ def run_rollouts(
             else fresh_trajectories(tokenizer, [q], 1, config.use_chat_template)[0]
             for q, p in zip(questions, prefixes, strict=True)
         ]
-    return RolloutEngine(backend, tokenizer, retriever, config, seed).run(starts)
+    return RolloutEngine(backend, tokenizer, retriever, config, seed, observer).run(starts)
