@@ -27,7 +27,10 @@ class _Retryable(Exception):
 class RemoteRetriever:
     """A Retriever backed by HTTP; one pooled connection set per instance."""
 
-    def __init__(self, config: RemoteConfig | None = None) -> None:
+    def __init__(self, config: RemoteConfig | str | None = None) -> None:
+        """`config` may be a bare URL string: the other settings then take their defaults."""
+        if isinstance(config, str):
+            config = RemoteConfig(url=config)
         self.config = config or RemoteConfig()
         self._client = httpx.Client(timeout=self.config.timeout_s)
 
