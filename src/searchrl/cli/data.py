@@ -3,6 +3,7 @@ corpus-coverage statistics and format conversion. Each parses options and calls 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +14,15 @@ from rich.table import Table
 
 from searchrl.config.data import WorldConfig, world_preset
 from searchrl.config.loading import from_dict, to_dict
+from searchrl.data.benchmarks import BENCHMARKS
+from searchrl.data.mix import convert
+from searchrl.data.stats import QAStats, file_stats
 from searchrl.data.world import generate_world, write_world
+
+
+def _console() -> Console:
+    """A console that does not squeeze tables to 80 columns when output is piped."""
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def world(
@@ -29,7 +38,7 @@ def world(
     values = {**to_dict(world_preset(preset)), "seed": seed, **_parse_overrides(overrides or [])}
     config = from_dict(WorldConfig, values)
     manifest = write_world(generate_world(config), out)
-    console = Console()
+    console = _console()
     console.print(
         f"{manifest['entities']} entities, {manifest['passages']} passages, "
         f"questions {manifest['questions']} → {out}"
@@ -55,6 +64,69 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return parsed
 
 
+def list_benchmarks() -> None:
+    """Show the benchmark registry (eval split, in/out of domain, general/multi-hop)."""
+    table = Table(title="benchmarks")
+    for column in ("name", "eval split", "domain", "type", "description"):
+        table.add_column(column)
+    for b in BENCHMARKS:
+        domain = "in-domain" if b.in_domain else "out-of-domain"
+        table.add_row(b.name, b.eval_split, domain, b.category, b.description)
+    _console().print(table)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def stats(
+    files: Annotated[list[Path], typer.Argument(help="QA files (FlashRAG JSONL or parquet).")],
+    corpus: Annotated[
+        Path | None, typer.Option(help="Corpus JSONL; adds answer coverage columns.")
+    ] = None,
+) -> None:
+    """Sizes, lengths, hop counts and the share of questions whose answer is in the corpus."""
+    table = Table(title="QA statistics" + (f" (corpus {corpus.name})" if corpus else ""))
+    columns = ("file", "rows", "q words", "answers/q", "answer words", "hops")
+    for column in (*columns, "substring", "whole word"):
+        table.add_column(column, justify="left" if column in ("file", "hops") else "right")
+    for row in file_stats(files, corpus):
+        table.add_row(*_stats_cells(row))
+    _console().print(table)
+
+
+def _stats_cells(row: QAStats) -> list[str]:
+    hops = " ".join(f"{h}:{n}" for h, n in row.hops.items()) or "-"
+    return [
+        row.name,
+        str(row.rows),
+        f"{row.question_words:.1f}",
+        f"{row.answers_per_question:.2f}",
+        f"{row.answer_words:.2f}",
+        hops,
+        _percent(row.substring),
+        _percent(row.whole_word),
+    ]
+
+
+def convert_command(
+    src: Annotated[Path, typer.Argument(help="Input: .jsonl (FlashRAG) or .parquet.")],
+    dst: Annotated[Path, typer.Argument(help="Output: .parquet or .jsonl.")],
+    split: Annotated[str, typer.Option(help="extra_info.split of parquet rows.")] = "train",
+    source: Annotated[
+        str | None, typer.Option(help="Source of a JSONL file (default: its name).")
+    ] = None,
+) -> None:
+    """Convert FlashRAG JSONL ↔ Search-R1 training parquet."""
+    count = convert(src, dst, split, source)
+    _console().print(f"{count} questions: {src} → {dst}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach this module's commands to the top-level app."""
     app.command("world")(world)
+    data_app = typer.Typer(help="QA benchmarks: registry, statistics, conversion.")
+    data_app.command("list")(list_benchmarks)
+    data_app.command("stats")(stats)
+    data_app.command("convert")(convert_command)
+    app.add_typer(data_app, name="data")

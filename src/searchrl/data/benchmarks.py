@@ -237,10 +237,14 @@ def _check_unique(questions: Iterable[Question], where: str) -> None:
         seen.add(q.uid)
 
 
-def question_row(question: Question) -> dict[str, Any]:
-    """A Question as a FlashRAG JSONL row (the id without its source prefix)."""
+def question_row(question: Question, keep_source: bool = False) -> dict[str, Any]:
+    """A Question as a FlashRAG JSONL row; the id loses its `source:` prefix unless
+    `keep_source` (needed when one file mixes sources whose ids may collide)."""
+    qid = question.uid
+    if not keep_source and ":" in qid:
+        qid = qid.split(":", 1)[1]
     row: dict[str, Any] = {
-        "id": question.uid.split(":", 1)[1] if ":" in question.uid else question.uid,
+        "id": qid,
         "question": question.question,
         "golden_answers": list(question.golden_answers),
     }
@@ -252,7 +256,10 @@ def question_row(question: Question) -> dict[str, Any]:
 
 
 def write_flashrag_jsonl(questions: Iterable[Question], path: str | Path) -> None:
-    """Write FlashRAG JSONL, one question per line."""
+    """Write FlashRAG JSONL, one question per line. Ids keep their source prefix when the
+    questions come from more than one source."""
+    questions = list(questions)
+    mixed = len({q.source for q in questions}) > 1
     with Path(path).open("w", encoding="utf-8") as f:
         for q in questions:
-            f.write(json.dumps(question_row(q), ensure_ascii=False) + "\n")
+            f.write(json.dumps(question_row(q, keep_source=mixed), ensure_ascii=False) + "\n")

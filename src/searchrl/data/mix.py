@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from searchrl.config.data import MixConfig
-from searchrl.data.benchmarks import DataError, load_benchmark, load_questions, question_row
+from searchrl.data.benchmarks import (
+    DataError,
+    load_benchmark,
+    load_flashrag_jsonl,
+    load_questions,
+    load_search_r1_parquet,
+    question_row,
+    write_flashrag_jsonl,
+)
 from searchrl.data.templates import search_r1_prompt
 from searchrl.types import Question
 
@@ -104,3 +112,18 @@ def write_search_r1_parquet(
         if not row["data_source"]:
             raise DataError(f"question {row['id']!r} has no source; Search-R1 rows need one")
     pq.write_table(pa.Table.from_pylist(rows), Path(path))
+
+
+def convert(src: str | Path, dst: str | Path, split: str, source: str | None = None) -> int:
+    """FlashRAG JSONL ↔ Search-R1 parquet, chosen by the suffixes; returns the row count.
+    `split` fills `extra_info.split` of parquet rows; `source` names a JSONL file's source."""
+    src, dst = Path(src), Path(dst)
+    if src.suffix == ".jsonl" and dst.suffix == ".parquet":
+        questions = load_flashrag_jsonl(src, source)
+        write_search_r1_parquet(questions, dst, split)
+    elif src.suffix == ".parquet" and dst.suffix == ".jsonl":
+        questions = load_search_r1_parquet(src)
+        write_flashrag_jsonl(questions, dst)
+    else:
+        raise DataError(f"convert {src.name} → {dst.name}: expected .jsonl ↔ .parquet")
+    return len(questions)
