@@ -63,14 +63,16 @@ class CorpusIndex:
     def contains_whole_word(self, answer: str) -> bool:
         """`answer` occurs with no word character right before or after it."""
         answer = answer.lower().strip()
+        if not answer:
+            return False
+        pattern = re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)")
+        texts = self._texts
         words = _WORD.findall(answer)
         if not words:
-            return self.contains_substring(answer)
+            return any(pattern.search(t) for t in texts)
         if any(w not in self._postings for w in words):
             return False
         rarest = min(words, key=lambda w: len(self._postings[w]))
-        pattern = re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)")
-        texts = self._texts
         # `in` is a fast filter; the regex only confirms the boundaries.
         return any(answer in texts[i] and pattern.search(texts[i]) for i in self._postings[rarest])
 
