@@ -71,22 +71,23 @@ class NameMaker:
     def __init__(self, rng: random.Random, reserved: set[str]) -> None:
         self._rng = rng
         self._used = set(reserved)
+        self._syllables = 2
 
-    def word(self, min_syllables: int = 2) -> str:
-        """A fresh capitalised word; grows longer when short words run out."""
-        syllables = min_syllables
-        for attempt in range(1_000_000):
-            if attempt and attempt % 50 == 0:
-                syllables += 1
-            parts = [
-                self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) for _ in range(syllables)
-            ]
-            parts[-1] += self._rng.choice(_CODAS)
-            word = "".join(parts).capitalize()
-            if word.lower() not in self._used:
-                self._used.add(word.lower())
-                return word
-        raise RuntimeError("name space exhausted")
+    def word(self) -> str:
+        """A fresh capitalised word. When short words run out (50 collisions in a row) every
+        later word gets one more syllable, so a million names cost linear time."""
+        while True:
+            for _attempt in range(50):
+                parts = [
+                    self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS)
+                    for _ in range(self._syllables)
+                ]
+                parts[-1] += self._rng.choice(_CODAS)
+                word = "".join(parts).capitalize()
+                if word.lower() not in self._used:
+                    self._used.add(word.lower())
+                    return word
+            self._syllables += 1
 
     def variant(self, word: str) -> str:
         """A near-duplicate of `word`: the last syllable replaced, still never used before."""
