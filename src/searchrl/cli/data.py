@@ -4,6 +4,8 @@ corpus-coverage statistics and format conversion. Each parses options and calls 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from searchrl.config.data import WorldConfig, world_preset
-from searchrl.config.loading import from_dict, to_dict
-from searchrl.data.benchmarks import BENCHMARKS
+from searchrl.config.loading import ConfigError, from_dict, to_dict
+from searchrl.data.benchmarks import BENCHMARKS, DataError
 from searchrl.data.mix import convert
 from searchrl.data.stats import QAStats, file_stats
 from searchrl.data.world import generate_world, write_world
@@ -25,9 +27,21 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Bad files or options end the command with their message, not a traceback."""
+    try:
+        yield
+    except (DataError, ConfigError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from err
+
+
 def world(
     out: Annotated[Path, typer.Option(help="Directory for corpus, splits and references.")],
-    seed: Annotated[int, typer.Option(help="Random seed; same seed, same files.")] = 0,
+    seed: Annotated[
+        int | None, typer.Option(help="Random seed (default: the preset's); same seed, same files.")
+    ] = None,
     preset: Annotated[str, typer.Option(help="Size preset: test, demo or large.")] = "demo",
     overrides: Annotated[
         list[str] | None,
@@ -35,8 +49,12 @@ def world(
     ] = None,
 ) -> None:
     """Generate a synthetic search world and its reference trajectories (BM25 top-k)."""
-    values = {**to_dict(world_preset(preset)), "seed": seed, **_parse_overrides(overrides or [])}
-    config = from_dict(WorldConfig, values)
+    values = to_dict(world_preset(preset))
+    if seed is not None:
+        values["seed"] = seed
+    values.update(_parse_overrides(overrides or []))
+    with _user_errors():
+        config = from_dict(WorldConfig, values)
     manifest = write_world(generate_world(config), out)
     console = _console()
     console.print(
@@ -90,7 +108,9 @@ def stats(
     columns = ("file", "rows", "q words", "answers/q", "answer words", "hops")
     for column in (*columns, "substring", "whole word"):
         table.add_column(column, justify="left" if column in ("file", "hops") else "right")
-    for row in file_stats(files, corpus):
+    with _user_errors():
+        rows = file_stats(files, corpus)
+    for row in rows:
         table.add_row(*_stats_cells(row))
     _console().print(table)
 
@@ -118,7 +138,8 @@ def convert_command(
     ] = None,
 ) -> None:
     """Convert FlashRAG JSONL ↔ Search-R1 training parquet."""
-    count = convert(src, dst, split, source)
+    with _user_errors():
+        count = convert(src, dst, split, source)
     _console().print(f"{count} questions: {src} → {dst}")
 
 
