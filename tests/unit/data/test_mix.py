@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from searchrl.config.data import MixConfig
-from searchrl.data.benchmarks import DataError, load_search_r1_parquet
+from searchrl.data.benchmarks import DataError, load_benchmark, load_search_r1_parquet
 from searchrl.data.mix import load_mix, mix_questions, write_search_r1_parquet
 from searchrl.types import Question
 
@@ -79,3 +79,15 @@ def test_search_r1_parquet_round_trip(tmp_path: Path) -> None:
     again = load_search_r1_parquet(path)
     assert again == questions
     assert again[5].metadata == {"path": ["x"]} and again[5].hops == 3
+
+
+def test_real_files_round_trip_through_parquet(shared_data: Path, tmp_path: Path) -> None:
+    questions = [
+        *load_benchmark("nq", data_dir=shared_data / "qa"),
+        *load_benchmark("hotpotqa", data_dir=shared_data / "qa"),
+    ]
+    path = tmp_path / "eval.parquet"
+    write_search_r1_parquet(questions, path, split="test")
+    again = load_search_r1_parquet(path)
+    assert again == questions
+    assert [q.metadata for q in again] == [q.metadata for q in questions]
