@@ -36,5 +36,9 @@ class ModelConfig:
     generation_batch_size: int = 32
     """Most sequences the HF backend decodes together; more are split into chunks."""
 
+    prefix_cache: bool = True
+    """HF backend: keep each unfinished trajectory's KV cache between turns so the next turn
+    only prefills the inserted observation, not the whole context again."""
+
     vllm_gpu_memory_utilization: float = 0.5
     """Fraction of GPU memory vLLM may reserve (the trainer needs the rest)."""

@@ -29,6 +29,9 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
     stop: tuple[str, ...] = ()
+    continues: bool = False
+    """The caller may extend this row's prompt + output in a later call (multi-turn), so a
+    backend may keep its KV cache for reuse."""
 
 
 @dataclass(frozen=True)

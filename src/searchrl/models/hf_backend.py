@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from searchrl.config.model import ModelConfig
 from searchrl.models.generation import (
     DecodeFn,
     Generation,
@@ -27,6 +28,7 @@ from searchrl.models.generation import (
     eos_token_ids,
     sample_tokens,
 )
+from searchrl.models.kv_prefix import PrefixEntry, PrefixStore, build_batch, extract
 
 
 class HFBackend:
@@ -39,10 +41,13 @@ class HFBackend:
         *,
         max_batch_size: int,
         generation_dtype: torch.dtype | None = None,
+        prefix_cache: bool = ModelConfig.prefix_cache,
     ):
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.generation_dtype = generation_dtype
+        self.prefix_cache = prefix_cache
+        self._prefixes = PrefixStore()
         self.model = model
         self.set_model(model)
 
@@ -53,6 +58,7 @@ class HFBackend:
         converted = self.generation_dtype is not None and model.dtype != self.generation_dtype
         self._runner = copy.deepcopy(model).to(self.generation_dtype) if converted else model
         self._runner.eval()
+        self._prefixes.clear()
         self._eos_ids = eos_token_ids(self.tokenizer, model)
         self._pad_id = self._pick_pad_id()
         # transformers 5 renamed `past_key_values` to `cache`; older releases only know the former.
@@ -63,10 +69,16 @@ class HFBackend:
         """Copy the weights of `source` (default: the model given to `set_model`) into the
         generation copy; a no-op when generating with the model itself."""
         source = self.model if source is None else source
+        self._prefixes.clear()
         if self._runner is source:
             return
         with torch.no_grad():
             self._runner.load_state_dict(source.state_dict())
+
+    def clear_cache(self) -> None:
+        """Drop the KV kept for continuing sequences (it is also dropped on weight changes and
+        whenever a call does not reuse it)."""
+        self._prefixes.clear()
 
     @property
     def device(self) -> torch.device:
@@ -79,11 +91,20 @@ class HFBackend:
         """Generate for every prompt; longest prompts are batched together to limit padding."""
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        results: list[Generation | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.max_batch_size):
-            chunk = order[start : start + self.max_batch_size]
-            outputs = self._generate_batch([prompts[i] for i in chunk], [params[i] for i in chunk])
+        found = self._prefixes.take(prompts)
+        prefixes = found if self.prefix_cache else [None] * len(prompts)
+        results: list[Generation | None] = [
+            Generation([], [], "", "length") if p.max_new_tokens <= 0 else None for p in params
+        ]
+        todo = [i for i, r in enumerate(results) if r is None]
+        todo.sort(key=lambda i: -len(prompts[i]))
+        for start in range(0, len(todo), self.max_batch_size):
+            chunk = todo[start : start + self.max_batch_size]
+            outputs = self._generate_batch(
+                [prompts[i] for i in chunk],
+                [params[i] for i in chunk],
+                [prefixes[i] for i in chunk],
+            )
             for i, output in zip(chunk, outputs, strict=True):
                 results[i] = output
         return [r for r in results if r is not None]
@@ -96,18 +117,6 @@ class HFBackend:
 
     def _decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
-
-    def _left_pad(self, prompts: list[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Input ids and attention mask ([rows, width] each), prompts aligned to the right so
-        every row's next token lands in the same, last column."""
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            if prompt:
-                input_ids[i, width - len(prompt) :] = torch.tensor(list(prompt))
-                attention[i, width - len(prompt) :] = 1
-        return input_ids.to(self.device), attention.to(self.device)
 
     def _forward(
         self, step_ids: torch.Tensor, attention: torch.Tensor, cache: DynamicCache
@@ -125,26 +134,28 @@ class HFBackend:
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[Sequence[int]], params: list[SamplingParams]
+        self,
+        prompts: list[Sequence[int]],
+        params: list[SamplingParams],
+        prefixes: list[PrefixEntry | None],
     ) -> list[Generation]:
-        """Prefill once, then decode token by token; finished rows leave the batch and the KV
-        cache at once, so they cost nothing more."""
+        """Prefill (what the prefixes do not cover) once, then decode token by token; finished
+        rows leave the batch and the KV cache at once, so they cost nothing more."""
         rows = [_RowState(self._decode, self._eos_ids, p) for p in params]
-        step_ids, attention = self._left_pad(prompts)
-        active = [i for i, row in enumerate(rows) if row.result is None]
-        if len(active) < len(rows):
-            step_ids, attention = step_ids[active], attention[active]
-        cache = DynamicCache()
+        step_ids, attention, cache = build_batch(prompts, prefixes, self._pad_id, self.device)
+        active = list(range(len(rows)))
         while active:
             logits = self._forward(step_ids, attention, cache)
             next_ids, next_lps = sample_tokens(
                 logits, [params[i] for i in active], [rows[i].generator for i in active]
             )
-            keep = [
-                j
-                for j, i in enumerate(active)
-                if not rows[i].push(int(next_ids[j]), float(next_lps[j]))
-            ]
+            keep = []
+            for j, i in enumerate(active):
+                if not rows[i].push(int(next_ids[j]), float(next_lps[j])):
+                    keep.append(j)
+                elif self.prefix_cache and params[i].continues:
+                    seen = [*prompts[i], *rows[i].tokens[:-1]]
+                    self._prefixes.add(extract(cache, j, attention, seen))
             if len(keep) < len(active):
                 index = torch.tensor(keep, dtype=torch.long, device=attention.device)
                 cache.batch_select_indices(index)
@@ -164,7 +175,7 @@ class _RowState:
         self._checker = StopChecker(decode, eos_ids, params)
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
-        self.result = Generation([], [], "", "length") if params.max_new_tokens <= 0 else None
+        self.result: Generation | None = None
 
     def push(self, token: int, logprob: float) -> bool:
         """Add a sampled token; True when the row is finished."""

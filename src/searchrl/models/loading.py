@@ -158,6 +158,7 @@ def load_policy(config: ModelConfig, *, max_model_len: int) -> Policy:
         loaded.tokenizer,
         max_batch_size=config.generation_batch_size,
         generation_dtype=generation_dtype,
+        prefix_cache=config.prefix_cache,
     )
     return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
 

@@ -146,6 +146,7 @@ class RolloutEngine:
             top_p=self.config.top_p,
             seed=row_seed(self.seed, row.traj.id, row.turn),
             stop=self.config.stop,
+            continues=row.turn < self.config.max_turns,
         )
 
     def _generate(self, rows: list[_Row]) -> None:

@@ -82,3 +82,14 @@ def test_prefix_continuation_reproduces_the_rest_of_the_run(tokenizer, tiny, doc
     )[0]
     assert other_seed.segments[:2] == target.segments[:2]
     assert other_seed.segments[2:] != target.segments[2:]
+
+
+def test_kv_reuse_across_turns_does_not_change_trajectories(tokenizer, tiny, docs) -> None:
+    runs = []
+    for prefix_cache in (True, False):
+        backend = HFBackend(tiny, tokenizer, max_batch_size=4, prefix_cache=prefix_cache)
+        runs.append(
+            run_rollouts(backend, tokenizer, DictRetriever(docs), QUESTIONS, CONFIG, seed=5)
+        )
+    cached, plain = runs
+    assert [t.segments for t in cached] == [t.segments for t in plain]
