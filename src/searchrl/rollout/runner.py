@@ -10,7 +10,7 @@ from pathlib import Path
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.loading import Policy
-from searchrl.retrieval.base import Retriever
+from searchrl.retrieval import RemoteRetriever, Retriever, load_index
 from searchrl.rollout.io import write_trajectories
 from searchrl.rollout.loop import Observer, run_rollouts
 from searchrl.types import Question, Trajectory
@@ -22,11 +22,7 @@ def open_retriever(index: Path | None, url: str | None) -> Retriever:
     if (index is None) == (url is None):
         raise ValueError("give exactly one of an index directory or a retrieval server URL")
     if url is not None:
-        from searchrl.retrieval.client import RemoteRetriever
-
         return RemoteRetriever(url)
-    from searchrl.retrieval import load_index
-
     return load_index(index)
 
 
