@@ -64,6 +64,9 @@ class DenseConfig:
     """Encoder truncation in tokens; wiki-18 passages are ~100 words, so 256 keeps them whole."""
     device: str = "cpu"
     """torch device for the encoder."""
+    torch_threads: int = 0
+    """If > 0, set torch's (process-wide) CPU thread count when the encoder loads; 0 leaves it.
+    On a busy 2-core machine 1 thread encoded a query in 29 ms, 2 threads in 82 ms."""
     local_files_only: bool = False
     """Never contact the hub: a missing hub id then fails at once instead of after retries."""
 

@@ -49,6 +49,8 @@ def encoder_path(name: str) -> str:
 def load_encoder(config: DenseConfig) -> Any:
     """Load the SentenceTransformer, turning any failure (no hub, bad path) into one message."""
     sentence_transformers = _optional("sentence_transformers")
+    if config.torch_threads > 0:
+        _optional("torch").set_num_threads(config.torch_threads)
     path = encoder_path(config.encoder)
     try:
         model = sentence_transformers.SentenceTransformer(
