@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import INFORMATION_CLOSE, INVALID_ACTION_FEEDBACK, format_information
@@ -30,7 +30,7 @@ from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics, extract_answer
 from searchrl.rollout.parse import Action, parse_action
 from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
-from searchrl.types import Hit, Question, Role, SearchCall, Segment, Trajectory
+from searchrl.types import Question, Role, SearchCall, Segment, Trajectory
 
 Observer = Callable[[Trajectory, Segment], None]
 """Called with each segment right after it is appended (live display in `searchrl chat`)."""
@@ -54,7 +54,8 @@ class _Row:
     phase: Phase = Phase.GENERATE
     query: str = ""
     pending_env: str = ""
-    hits: list[Hit] = field(default_factory=list)
+    overflow: bool = False
+    """The pending env text did not fit under the total cap (it was not inserted)."""
 
     @property
     def length(self) -> int:
@@ -119,7 +120,7 @@ class RolloutEngine:
         stats = row.traj.stats
         if stats.failed is not None:
             return self._finish(row, "failed")
-        out_of_room = row.length >= self.config.max_total_tokens
+        out_of_room = row.overflow or row.length >= self.config.max_total_tokens
         if action is None:
             return self._finish(row, "length", truncated=True) if out_of_room else Phase.GENERATE
         if action.kind == "answer":
@@ -206,10 +207,9 @@ class RolloutEngine:
             ids = body[:keep] + self._close_ids
             row.traj.stats.info_truncated += 1
         row.pending_env = ""
-        if len(ids) > room:
-            row.phase = self._finish(row, "length", truncated=True)
-            return
-        self._append(row.traj, "env", self.tok.decode(ids), ids)
+        row.overflow = len(ids) > room
+        if not row.overflow:
+            self._append(row.traj, "env", self.tok.decode(ids), ids)
         row.phase = self._decide(row, None)
 
     def _append(self, traj: Trajectory, role: Role, text: str, ids: list[int]) -> None:

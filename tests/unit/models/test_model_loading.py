@@ -1,0 +1,61 @@
+"""Where weights come from: the embedded default, GGUF files, local directories."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from searchrl.config.model import ModelConfig
+from searchrl.models.loading import (
+    EMBEDDED_INSTALL,
+    ModelNotFoundError,
+    embedded_gguf_path,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    resolve_source,
+    tiny_model,
+)
+
+
+def test_embedded_default_is_the_packaged_gguf() -> None:
+    path = embedded_gguf_path()
+    assert path.suffix == ".gguf" and path.is_file()
+    assert resolve_source(ModelConfig()) == (str(path.parent), path.name)
+    assert resolve_source(ModelConfig(name_or_path=str(path))) == (str(path.parent), path.name)
+    assert resolve_source(ModelConfig(name_or_path="org/repo", gguf_file="m.gguf")) == (
+        "org/repo",
+        "m.gguf",
+    )
+
+
+def test_missing_embedded_package_says_how_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelNotFoundError, match=EMBEDDED_INSTALL.replace(".", r"\.")):
+        embedded_gguf_path()
+
+
+def test_missing_gguf_file_is_reported(tmp_path) -> None:
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        resolve_source(ModelConfig(name_or_path=str(tmp_path / "absent.gguf")))
+
+
+def test_auto_dtype_and_device() -> None:
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    assert resolve_device("cpu") == cpu
+
+
+def test_local_directory_round_trip(tokenizer, tmp_path) -> None:
+    model = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=1)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = load_model(ModelConfig(name_or_path=str(tmp_path), dtype="bfloat16", device="cpu"))
+    assert loaded.dtype == torch.bfloat16 and loaded.model.dtype == torch.bfloat16
+    assert loaded.tokenizer.encode("hello") == tokenizer.encode("hello")
+    weight = loaded.model.lm_head.weight.float()
+    assert torch.allclose(weight, model.lm_head.weight, atol=1e-2)
