@@ -30,8 +30,9 @@ class ModelConfig:
 
     generation_dtype: Dtype = "auto"
     """Dtype of the copy the HF backend generates with; `auto` = the weights dtype. bfloat16
-    on CPU is ~1.5-2x faster than float32 (bf16 matmuls) at the cost of sampling from a
-    slightly different distribution than the float32 policy being trained."""
+    helps only where matmuls are fast in it (GPUs, CPUs with AMX/AVX512-BF16); on AVX2-only
+    CPUs it is several times slower than float32. It also samples from a slightly different
+    distribution than the float32 policy being trained."""
 
     generation_batch_size: int = 32
     """Most sequences the HF backend decodes together; more are split into chunks."""

@@ -2,12 +2,14 @@
 
 Why not `model.generate`: a row must stop the moment it completes `</search>` or `</answer>`,
 finished rows must stop costing compute, and each row samples from its own seeded generator.
-So prompts are left-padded into one batch, prefilled once, then decoded one token at a time;
-when rows finish they are dropped from the batch and from the KV cache.
+So prompts are left-padded into one batch, prefilled once (minus any prefix whose KV cache
+a previous turn left, see `kv_prefix`), then decoded one token at a time; when rows finish they
+are dropped from the batch and from the KV cache.
 
-The trainer passes its live policy module. With `generation_dtype` set (e.g. bfloat16 on CPU,
-where bf16 matmuls are ~1.5-2x faster) the backend generates with a converted copy that
-`sync_weights` refreshes from the policy before each rollout.
+The trainer passes its live policy module. With `generation_dtype` set, the backend generates
+with a converted copy that `sync_weights` refreshes from the policy before each rollout. Only
+worth it where the hardware has fast low-precision matmuls (GPUs, CPUs with AMX/AVX512-BF16):
+on the AVX2-only CPUs of our dev machines a bf16 matmul is ~30x slower than fp32.
 """
 
 from __future__ import annotations
