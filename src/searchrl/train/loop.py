@@ -34,6 +34,7 @@ from searchrl.train.models import (
     make_optimizer,
     reference_context,
     trainable,
+    use_bf16,
     warmup_then_constant,
 )
 from searchrl.train.update import (
@@ -140,7 +141,7 @@ class Trainer:
         self.settings = UpdateSettings(
             micro_batch_size=config.micro_batch_size,
             grad_clip=optim.grad_clip,
-            bf16=config.policy.autocast_bf16,
+            bf16=use_bf16(config.policy.autocast, policy),
             temperature=max(config.rollout.temperature, 1e-6),
             clip_eps=algo.clip_eps,
             kl_coef=algo.kl_coef,

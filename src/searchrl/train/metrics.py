@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -17,23 +17,48 @@ from typing import Any
 from searchrl.types import Trajectory
 
 
+def _reset_peak_rss() -> None:
+    """Restart the kernel's peak-RSS counter of this process (Linux; a no-op elsewhere)."""
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss_gb() -> float:
+    """Peak resident memory since the last reset, in GB (0 where /proc is unavailable)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024**2
+    except OSError:
+        pass
+    return 0.0
+
+
 class StageTimer:
-    """Wall time per named stage of one step (`timing_s/<name>`)."""
+    """Wall time (`timing_s/<name>`) and peak host memory (`perf/peak_rss_gb/<name>`) per
+    named stage of one step. Stages may nest; the outer one reports the max of its inner
+    peaks (the peak counter is reset when each stage starts)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.peaks: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
+        _reset_peak_rss()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            peak = max([_peak_rss_gb(), *self.peaks.values()])
+            self.peaks[name] = max(self.peaks.get(name, 0.0), peak)
 
     def metrics(self) -> dict[str, float]:
-        """`timing_s/<stage>` for every stage timed so far."""
-        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
+        """`timing_s/<stage>` and `perf/peak_rss_gb/<stage>` for every stage timed so far."""
+        out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
+        out.update({f"perf/peak_rss_gb/{k}": v for k, v in self.peaks.items()})
+        return out
 
 
 def _mean(values: Sequence[float]) -> float:

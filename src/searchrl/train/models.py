@@ -53,9 +53,24 @@ class Critic(nn.Module):
         return self.head(states.float()).squeeze(-1)
 
 
+def forget_gguf_quantization(model: nn.Module) -> None:
+    """A model loaded from a GGUF file holds plain dequantized tensors but stays flagged as
+    quantized, which blocks `.float()`, training and `save_pretrained`; drop the flag."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+        model.is_quantized = False
+        config = getattr(model, "config", None)
+        if config is not None and hasattr(config, "quantization_config"):
+            del config.quantization_config
+
+
 def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     """Make the loaded model trainable: fp32 master weights, LoRA and checkpointing as asked."""
-    model = model.float()
+    forget_gguf_quantization(model)
+    with torch.no_grad():  # in place: GGUF-loaded models refuse `.float()` (flagged quantized)
+        for param in model.parameters():
+            if param.dtype != torch.float32:
+                param.data = param.data.float()
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -89,6 +104,13 @@ def reference_context(policy: nn.Module, reference: nn.Module | None) -> tuple[n
     if reference is not None:
         return reference, nullcontext()
     return policy, policy.disable_adapter()  # type: ignore[operator]
+
+
+def use_bf16(setting: str, module: nn.Module) -> bool:
+    """Resolve `policy.autocast` for where `module` lives (`auto`: only on CUDA)."""
+    if setting == "auto":
+        return next(module.parameters()).device.type == "cuda"
+    return setting == "bf16"
 
 
 def trainable(module: nn.Module) -> list[nn.Parameter]:

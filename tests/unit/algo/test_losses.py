@@ -7,10 +7,10 @@ import math
 import torch
 
 from searchrl.algo.losses import (
+    aggregate,
     kl_k1,
     kl_k3,
     kl_penalized_rewards,
-    aggregate,
     make_loss_weights,
     ppo_clip,
     seq_mean_token_mean_weights,

@@ -1,0 +1,165 @@
+"""Wiring for training runs: the world (questions, references, corpus), the retriever, the
+policy and its generation backend, and the rollout function the trainer calls.
+
+Kept apart from the trainer so that `train.loop` stays about RL and tests can hand it fakes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from searchrl.config.model import ModelConfig
+from searchrl.config.rollout import RolloutConfig
+from searchrl.config.train import DataConfig, PolicyConfig
+from searchrl.data.world import Reference, generate_world, load_references, write_world
+from searchrl.models.generation import GenerationBackend
+from searchrl.models.loading import load_model, resolve_device, resolve_dtype
+from searchrl.retrieval.base import Retriever
+from searchrl.rollout.loop import run_rollouts
+from searchrl.train.loop import RolloutFn
+from searchrl.train.models import merged_for_export, prepare_policy
+from searchrl.types import Document, Question
+
+WORLD_SOURCE = "world"
+
+
+@dataclass
+class Environment:
+    """Everything outside the networks that a run needs."""
+
+    world_dir: Path
+    retriever: Retriever
+    splits: dict[str, list[Question]]
+
+    def questions(self, split: str) -> list[Question]:
+        """Questions of one split (train, dev, test)."""
+        if split not in self.splits:
+            self.splits[split] = read_questions(self.world_dir / f"{split}.jsonl")
+        return self.splits[split]
+
+    def references(self, split: str) -> list[Reference]:
+        """The world's scripted reference trajectories for one split."""
+        return load_references(self.world_dir / f"references_{split}.jsonl")
+
+
+def read_questions(path: Path) -> list[Question]:
+    """A world split file (`{id, question, golden_answers, hops, metadata}` per line)."""
+    questions = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            questions.append(
+                Question(
+                    uid=f"{WORLD_SOURCE}:{row['id']}",
+                    question=row["question"],
+                    golden_answers=tuple(row["golden_answers"]),
+                    source=WORLD_SOURCE,
+                    hops=row.get("hops"),
+                    metadata=row.get("metadata", {}),
+                )
+            )
+    return questions
+
+
+def read_corpus(path: Path) -> list[Document]:
+    """`corpus.jsonl` rows → documents."""
+    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
+    return [Document(id=str(r["id"]), contents=r["contents"]) for r in rows]
+
+
+def prepare_world(data: DataConfig, out_dir: Path) -> Path:
+    """The world directory: `data.world_dir`, or one generated once into `<out>/world`."""
+    if data.world_dir:
+        return Path(data.world_dir)
+    target = out_dir / "world"
+    if not (target / "manifest.json").is_file():
+        write_world(generate_world(data.world), target)
+    return target
+
+
+def build_environment(data: DataConfig, out_dir: Path) -> Environment:
+    """World files plus a BM25 retriever over its corpus (a prebuilt index when given)."""
+    from searchrl.retrieval.bm25 import BM25Retriever
+
+    world_dir = prepare_world(data, out_dir)
+    if data.index_dir:
+        retriever: Retriever = BM25Retriever.load(data.index_dir)
+    else:
+        retriever = BM25Retriever.build(read_corpus(world_dir / "corpus.jsonl"))
+    return Environment(world_dir=world_dir, retriever=retriever, splits={})
+
+
+def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, object]:
+    """The trainable policy (fp32 master weights) and its tokenizer; `init_checkpoint`
+    replaces the weights source (e.g. an SFT output directory)."""
+    source = (
+        replace(model, name_or_path=policy.init_checkpoint) if policy.init_checkpoint else model
+    )
+    loaded = load_model(replace(source, dtype="float32"))
+    tokenizer = loaded.tokenizer
+    if tokenizer.pad_token_id is None:  # type: ignore[attr-defined]
+        tokenizer.pad_token = tokenizer.eos_token  # type: ignore[attr-defined]
+    return prepare_policy(loaded.model, policy), tokenizer
+
+
+def make_backend(model: ModelConfig, policy: nn.Module, tokenizer: object) -> GenerationBackend:
+    """The generation engine for rollouts: HF (CPU/GPU) or vLLM (GPU)."""
+    if model.backend == "vllm":
+        from searchrl.models.vllm_backend import VLLMBackend  # type: ignore[import-not-found]
+
+        return VLLMBackend(policy, tokenizer, model)  # type: ignore[no-any-return]
+    from searchrl.models.hf_backend import HFBackend
+
+    device = resolve_device(model.device)
+    dtype = (
+        None if model.generation_dtype == "auto" else resolve_dtype(model.generation_dtype, device)
+    )
+    return HFBackend(
+        merged_for_export(policy),  # type: ignore[arg-type]
+        tokenizer,  # type: ignore[arg-type]
+        max_batch_size=model.generation_batch_size,
+        generation_dtype=dtype,
+    )
+
+
+def make_rollout_fn(
+    backend: GenerationBackend,
+    policy: nn.Module,
+    tokenizer: object,
+    retriever: Retriever,
+    config: RolloutConfig,
+) -> RolloutFn:
+    """The trainer's rollout function: push the current weights to the generation engine,
+    then run the multi-turn search protocol (greedy for evaluation)."""
+
+    def rollout(questions: Sequence[Question], *, n_samples: int, seed: int, greedy: bool):  # type: ignore[no-untyped-def]
+        sync_generation_weights(backend, policy)
+        settings = replace(config, temperature=0.0) if greedy else config
+        with torch.no_grad():
+            return run_rollouts(
+                backend, tokenizer, retriever, questions, settings, n_samples=n_samples, seed=seed
+            )
+
+    return rollout
+
+
+def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> None:
+    """After each update the generation copy must see the new weights (bf16 copy on CPU,
+    vLLM engine on GPU). LoRA policies are merged into a plain model first."""
+    if hasattr(policy, "merge_and_unload"):
+        backend.set_model(merged_for_export(policy))  # type: ignore[attr-defined]
+    else:
+        backend.sync_weights(policy)  # type: ignore[attr-defined]
+
+
+def export_model(policy: nn.Module, tokenizer: object, out: Path) -> None:
+    """A plain HF directory (LoRA merged) that `model.name_or_path` / `init_checkpoint` load."""
+    out.mkdir(parents=True, exist_ok=True)
+    merged_for_export(policy).save_pretrained(out)  # type: ignore[operator]
+    tokenizer.save_pretrained(out)  # type: ignore[attr-defined]

@@ -1,0 +1,185 @@
+"""Entry points behind `searchrl train` and `searchrl sft`: build everything from a config,
+run, and write the run folder:
+
+    DIR/config.yaml            the resolved config
+    DIR/metrics.jsonl          one JSON object per step (`step` + metrics)
+    DIR/tensorboard/           the same metrics for TensorBoard
+    DIR/checkpoints/step_N/    exact-resume checkpoints (atomic; `LATEST` names the newest)
+    DIR/trajectories/          each step's rollouts and each evaluation's trajectories
+    DIR/model/                 the final policy as a plain HF directory (+ tokenizer)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from searchrl.config.loading import to_dict
+from searchrl.config.train import SFTConfig, TrainConfig
+from searchrl.reward.outcome import make_reward
+from searchrl.train import checkpoint as ckpt
+from searchrl.train.environment import (
+    build_environment,
+    export_model,
+    load_policy,
+    make_backend,
+    make_rollout_fn,
+)
+from searchrl.train.loop import Distributed, Trainer
+from searchrl.train.metrics import MetricsWriter, save_trajectories
+from searchrl.train.models import Critic, frozen_reference, use_bf16
+from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
+
+
+def set_threads(threads: int) -> None:
+    """Apply `policy.torch_threads` (0 keeps torch's default)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and torch RNGs (initialisation of the critic head, dropout, shuffles)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup_distributed() -> Distributed:
+    """One process, or this rank of an `accelerate launch` (DDP; gloo on CPU, NCCL on GPU)."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    if accelerator.num_processes == 1:
+        return Distributed()
+    return Distributed(
+        rank=accelerator.process_index,
+        world_size=accelerator.num_processes,
+        wrap=accelerator.prepare_model,
+        barrier=accelerator.wait_for_everyone,
+    )
+
+
+def write_config(config: object, out_dir: Path) -> None:
+    """The resolved config, as YAML, next to the metrics it produced."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+@contextmanager
+def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[Progress | None]:
+    """A rich progress bar (or nothing, e.g. in tests and on non-zero ranks)."""
+    if not enabled:
+        yield None
+        return
+    columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn(), TextColumn("{task.description}"))  # fmt: skip
+    with Progress(*columns) as progress:
+        progress.add_task("", total=total, completed=done)
+        yield progress
+
+
+def _summary(metrics: dict[str, float]) -> str:
+    keys = ("critic/score/mean", "val/em", "env/number_of_valid_search", "timing_s/step")
+    return " ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k}={metrics[k]:.3g}"
+                    for k in keys if k in metrics)  # fmt: skip
+
+
+def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str, float]:
+    """Run RL training to `config.steps`; returns the last step's metrics (with the final
+    held-out evaluation when `data.eval_size > 0`)."""
+    dist = setup_distributed()
+    main = dist.rank == 0
+    set_threads(config.policy.torch_threads)
+    seed_everything(config.seed)
+    if main:
+        write_config(config, out_dir)
+    dist.barrier()
+    env = build_environment(config.data, out_dir)
+    policy, tokenizer = load_policy(config.model, config.policy)
+    reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
+    critic = Critic(policy) if config.uses_critic else None
+    backend = make_backend(config.model, policy, tokenizer)
+    rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
+    pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
+    questions = env.questions(config.data.train_split)
+    reward = make_reward(config.reward)
+    trainer = Trainer(config, policy, critic, reference, pad_id, rollout, reward, questions, dist)
+    ckpt_root = out_dir / "checkpoints"
+    held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
+    wandb = config.logging.wandb_project if main else ""
+    writer = MetricsWriter(out_dir, config.logging.tensorboard and main, wandb, to_dict(config))
+    latest = ckpt.latest_checkpoint(ckpt_root) if resume else None
+    if latest is not None:
+        trainer.restore(latest)
+        if main:
+            writer.truncate_after(trainer.step_count)
+    elif main and held_out:
+        metrics, trajs = trainer.evaluate(held_out)
+        writer.write(0, metrics)
+        save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+    metrics = {}
+    with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
+                      "RL") as bar:  # fmt: skip
+        while trainer.step_count < config.steps:
+            metrics, trajs = trainer.step()
+            step = trainer.step_count
+            last = step == config.steps
+            every = config.eval_every
+            if main and held_out and (last or (every > 0 and step % every == 0)):
+                val, val_trajs = trainer.evaluate(held_out)
+                metrics.update(val)
+                save_trajectories(out_dir / "trajectories" / f"eval_step_{step}.jsonl", val_trajs)
+            dist.barrier()
+            if main:
+                writer.write(step, metrics)
+                if config.logging.save_trajectories:
+                    save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
+                if last or step % max(config.save_every, 1) == 0:
+                    trainer.save(ckpt_root)
+            dist.barrier()
+            if bar is not None:
+                bar.update(bar.task_ids[0], completed=step, description=_summary(metrics))
+    writer.close()
+    if main:
+        export_model(policy, tokenizer, out_dir / "model")
+    return metrics
+
+
+def sft(config: SFTConfig, out_dir: Path) -> dict[str, float]:
+    """Warm start (or baseline): SFT on reference or rejection-sampled trajectories; writes
+    `DIR/model`, `DIR/metrics.jsonl` and `DIR/config.yaml`. Returns the last step's stats
+    plus how many trajectories were used."""
+    set_threads(config.policy.torch_threads)
+    seed_everything(config.seed)
+    write_config(config, out_dir)
+    env = build_environment(config.data, out_dir)
+    policy, tokenizer = load_policy(config.model, config.policy)
+    use_chat = config.rollout.use_chat_template
+    if config.source == "references":
+        refs = solved_references(env.references(config.data.train_split))
+        random.Random(config.seed).shuffle(refs)
+        examples = [
+            reference_trajectory(r, tokenizer, use_chat) for r in refs[: config.max_examples]
+        ]
+    else:
+        backend = make_backend(config.model, policy, tokenizer)
+        rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
+        pool = env.questions(config.data.train_split)[: config.max_examples]
+        examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
+    writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
+    pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
+    bf16 = use_bf16(config.policy.autocast, policy)
+    history = run_sft(policy, examples, pad_id, config, bf16, writer.write)
+    writer.close()
+    export_model(policy, tokenizer, out_dir / "model")
+    result = {**history[-1], "sft/examples": float(len(examples))}
+    (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
