@@ -11,6 +11,7 @@ them, so a stop string ending mid-token behaves as in the HF backend.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,38 @@ class VLLMBackend:
             seed=0,
         )
         return cls(llm, tokenizer)
+
+    @classmethod
+    def from_module(
+        cls,
+        module: Any,
+        tokenizer: Any,
+        *,
+        dtype: str,
+        gpu_memory_utilization: float,
+        max_model_len: int,
+    ) -> VLLMBackend:
+        """Start an engine on the weights of a transformers module (e.g. the trainer's policy):
+        they are saved with the tokenizer to a temporary directory vLLM loads from."""
+        directory = tempfile.mkdtemp(prefix="searchrl-vllm-")
+        module.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        return cls.create(
+            directory,
+            tokenizer,
+            tokenizer_dir=directory,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+        )
+
+    def sync_weights(self, source: Any) -> None:
+        """Not implemented: pushing new weights into a running vLLM engine depends on the vLLM
+        version (worker RPCs) and has not been tested on a GPU yet. Raise rather than keep
+        sampling from stale weights."""
+        raise NotImplementedError(
+            "VLLMBackend cannot take updated weights yet; use the hf backend for training"
+        )
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
