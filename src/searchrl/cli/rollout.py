@@ -19,8 +19,6 @@ from searchrl.config.loading import from_dict
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.benchmarks import load_questions
-from searchrl.models.loading import load_policy
-from searchrl.rollout.runner import answer_question, open_retriever, rollout_to_file
 from searchrl.types import Segment, Trajectory
 
 ROLE_STYLES = {"policy": "green", "env": "blue", "meta": "magenta"}
@@ -79,6 +77,10 @@ def rollout(
 ) -> None:
     """Roll out a question file with search; write trajectories and print EM/F1/SubEM."""
     model_config, rollout_config = _configs(model, greedy, temperature, overrides or [])
+    # torch/transformers load here, not at import, so `searchrl --help` stays instant.
+    from searchrl.models.loading import load_policy
+    from searchrl.rollout.runner import open_retriever, rollout_to_file
+
     questions = load_questions(data)[:limit]
     retriever = open_retriever(index, url)
     policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens)
@@ -104,6 +106,9 @@ def chat(
 ) -> None:
     """Ask questions (one per line on stdin) and watch the model reason, search and answer:
     model text in green, inserted search results and feedback in blue."""
+    from searchrl.models.loading import load_policy
+    from searchrl.rollout.runner import answer_question, open_retriever
+
     model_config, rollout_config = _configs(model, greedy, temperature, overrides or [])
     console = Console(highlight=False)
     retriever = open_retriever(index, url)
