@@ -39,7 +39,7 @@ def warm_start(out: Path, examples: int, seed: int) -> Path:
     model = out / "sft" / "model"
     if (model / "config.json").is_file():
         return model
-    world = ["data.world_dir=", f"data.world.hop_weights={HOPS}", f"data.world.seed={seed}"]
+    world = [f"data.world.hop_weights={HOPS}", f"data.world.seed={seed}"]
     cmd = searchrl("sft", "--config", "tiny_cpu_sft", "--out", str(out / "sft"),
                    f"max_examples={examples}", "epochs=1.0", *world)  # fmt: skip
     if run(cmd, out / "sft.log").wait() != 0:

@@ -55,7 +55,7 @@ def _overrides(model_dir: Path, steps: int) -> list[str]:
         "data.world.test_questions=4",
         "rollout.max_turns=1",
         "rollout.max_response_tokens=8",
-        "policy.autocast=off",
+        "policy.autocast=fp32",
         "logging.progress=false",
     ]
 

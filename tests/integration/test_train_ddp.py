@@ -20,7 +20,9 @@ def test_two_processes_agree_after_a_step(tmp_path: Path) -> None:
     if launcher is None:
         pytest.skip("accelerate launcher not installed")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [launcher, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+    # `--multi_gpu` selects the torchrun launcher; with no GPU visible the ranks run on the CPU
+    # over gloo (`--cpu` would start a single process).
+    cmd = [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
            str(REPO / "tests" / "integration" / "train_ddp_worker.py"), str(tmp_path)]  # fmt: skip
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -65,7 +65,7 @@ def tiny_config(**overrides: object) -> TrainConfig:
         "n_samples": 2,
         "mini_batch_size": 2,
         "micro_batch_size": 3,
-        "policy": {"autocast": "off"},
+        "policy": {"autocast": "fp32"},
         "optim": {"lr": 1e-2, "warmup_ratio": 0.0, "critic_lr": 1e-2},
         "logging": {"tensorboard": False, "progress": False},
     }
