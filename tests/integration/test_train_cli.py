@@ -61,9 +61,12 @@ def _overrides(model_dir: Path, steps: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_train_writes_run_folder_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("preset", ["tiny_cpu_grpo", "tiny_cpu_ppo"])
+def test_train_writes_run_folder_and_resumes(
+    preset: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     runner = CliRunner()
-    args = ["train", "--config", "tiny_cpu_grpo", "--out", str(tmp_path)]
+    args = ["train", "--config", preset, "--out", str(tmp_path)]
     first = runner.invoke(app, [*args, *_overrides(tiny_model_dir, 1)])
     assert first.exit_code == 0, first.output + repr(first.exception)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -112,9 +112,11 @@ def make_kl(name: str) -> KLEstimator:
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of the categorical distribution at each position. [B, T, V] → [B, T]."""
-    log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
-    return -(log_probs.exp() * log_probs).sum(-1)
+    """Entropy of the categorical distribution at each position. [B, T, V] → [B, T].
+
+    H = logsumexp(z) − Σ softmax(z)·z: one [B, T, V] temporary instead of two."""
+    probs = torch.softmax(logits, dim=-1)  # [B, T, V]
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
 
 
 def kl_penalized_rewards(

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor, nn
 
+from searchrl.algo.losses import entropy_from_logits
 from searchrl.train.collate import Batch
 
 
@@ -40,19 +41,13 @@ def gather_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
     return picked - torch.logsumexp(logits, dim=-1)
 
 
-def entropy(logits: Tensor) -> Tensor:
-    """Entropy at each position. [b, R, V] → [b, R]."""
-    probs = torch.softmax(logits, dim=-1)  # [b, R, V]
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
-
-
 def forward_logprobs(
     model: nn.Module, batch: Batch, temperature: float, with_entropy: bool
 ) -> tuple[Tensor, Tensor | None]:
     """Differentiable (log-probs [b, R], entropy [b, R] or None) for one micro-batch."""
     logits = response_logits(model, batch, temperature)  # [b, R, V]
     logp = gather_logprobs(logits, batch.response_ids)  # [b, R]
-    return logp, (entropy(logits) if with_entropy else None)
+    return logp, (entropy_from_logits(logits) if with_entropy else None)
 
 
 def _pad_to(values: Tensor, width: int) -> Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -72,7 +72,7 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
             if param.dtype != torch.float32:
                 param.data = param.data.float()
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable({"use_reentrant": False})
         model.config.use_cache = False
     if config.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
@@ -165,8 +165,3 @@ def merged_for_export(policy: nn.Module) -> nn.Module:
     if hasattr(policy, "merge_and_unload"):
         return copy.deepcopy(policy).merge_and_unload()
     return policy
-
-
-def no_grad_context(enabled: bool) -> AbstractContextManager[object]:
-    """`torch.no_grad()` when enabled, else a no-op (for code shared by train and eval)."""
-    return torch.no_grad() if enabled else nullcontext()

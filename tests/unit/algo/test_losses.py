@@ -8,6 +8,7 @@ import torch
 
 from searchrl.algo.losses import (
     aggregate,
+    entropy_from_logits,
     kl_k1,
     kl_k3,
     kl_penalized_rewards,
@@ -103,3 +104,10 @@ def test_kl_penalized_rewards_put_score_on_last_trained_token() -> None:
     ref = torch.full((1, 5), -1.0)
     out = kl_penalized_rewards(torch.tensor([1.0]), old, ref, mask, kl_coef=0.1)
     torch.testing.assert_close(out, torch.tensor([[-0.1, -0.1, 0.0, 0.9, 0.0]]))
+
+
+def test_entropy_matches_definition() -> None:
+    logits = torch.randn(2, 3, 7)
+    p = logits.softmax(-1)
+    expected = -(p * p.log()).sum(-1)
+    torch.testing.assert_close(entropy_from_logits(logits), expected)

@@ -112,3 +112,24 @@ def test_env_tokens_get_zero_gradient_through_the_update() -> None:
     perturbed[env] = 1e4
     for g0, g1 in zip(base, grads(perturbed), strict=True):
         assert torch.equal(g0, g1)
+
+
+def test_lora_trains_only_adapters_and_uses_base_as_reference() -> None:
+    config = tiny_config(policy={"autocast": "fp32", "lora_rank": 4})
+    policy = prepare_policy(tiny_llama(), config.policy)
+    assert frozen_reference(policy, lora=True) is None
+    trainer = Trainer(config, policy, None, None, 0, scripted_rollout, em_reward, questions())
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    metrics, _ = trainer.step()
+    changed = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)
+    assert metrics["actor/kl_loss"] >= 0.0
+
+
+def test_gradient_checkpointing_gives_the_same_update() -> None:
+    plain = make_trainer()
+    plain.step()
+    checkpointed = make_trainer(policy={"autocast": "fp32", "gradient_checkpointing": True})
+    checkpointed.step()
+    a, b = weights(plain), weights(checkpointed)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
