@@ -3,6 +3,10 @@
     sample prompts → rollouts (n per prompt) → rewards → old & ref log-probs (+ values)
     → advantages → critic and policy mini-batch updates over `ppo_epochs` → metrics
 
+With one epoch over one mini-batch and no KL in the reward, π_old is the very policy being
+updated, so the old log-probs are the detached current ones (ratio exactly 1) and their extra
+forward pass is skipped (`on_policy`); otherwise they are recomputed before any update.
+
 The trainer knows nothing about models' origins, retrievers or worlds: it receives a rollout
 function and the networks (see `train.run` for the wiring). Under `accelerate launch` each
 process samples its own slice of the prompts and rolls them out; DDP averages the gradients, so
@@ -147,6 +151,9 @@ class Trainer:
             kl_coef=algo.kl_coef,
             entropy_coef=algo.entropy_coef,
             value_clip=algo.value_clip,
+            on_policy=config.ppo_epochs == 1
+            and config.batch_size <= config.mini_batch_size
+            and not algo.kl_in_reward,
         )
 
     # ---- the pipeline -------------------------------------------------------------------
@@ -198,7 +205,11 @@ class Trainer:
             self.settings.temperature,
         )
         with evaluating(self.policy):
-            old_logp = batched_logprobs(self.policy, batch, micro, temp, bf16)
+            old_logp = (
+                torch.zeros(batch.response_ids.shape)
+                if self.settings.on_policy
+                else batched_logprobs(self.policy, batch, micro, temp, bf16)
+            )
             ref_logp = None
             if self.config.algo.kl_coef > 0:
                 ref_model, context = reference_context(self.policy, self.reference)

@@ -34,7 +34,7 @@ class Experience:
 
     batch: Batch
     mask: Tensor  # [N, R] tokens the loss sees (policy only, or all under the ablation)
-    old_logp: Tensor  # [N, R]
+    old_logp: Tensor  # [N, R] (zeros when the update is on-policy, see UpdateSettings)
     advantages: Tensor  # [N, R]
     ref_logp: Tensor | None = None  # [N, R] when the KL is a loss term
     returns: Tensor | None = None  # [N, R] PPO critic targets
@@ -53,6 +53,8 @@ class UpdateSettings:
     kl_coef: float
     entropy_coef: float
     value_clip: float
+    on_policy: bool
+    """Old log-probs are the detached current ones (one epoch over one mini-batch)."""
 
 
 def minibatches(n_rows: int, n_minibatches: int, generator: torch.Generator) -> list[list[int]]:
@@ -119,7 +121,7 @@ def policy_micro_loss(
         weights = weights[:, :width].to(device)  # [m, R']
         with autocast(settings.bf16, device):
             logp, ent = forward_logprobs(model, to_device(mb, device), settings.temperature, True)
-        old = exp.old_logp[micro, :width].to(device)  # [m, R']
+        old = logp.detach() if settings.on_policy else exp.old_logp[micro, :width].to(device)
         adv = exp.advantages[micro, :width].to(device)  # [m, R']
         pg, clipped = ppo_clip(logp, old, adv, settings.clip_eps)  # [m, R'] each
         assert ent is not None

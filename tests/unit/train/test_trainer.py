@@ -3,6 +3,7 @@ no gradient through the whole update path."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,4 +133,15 @@ def test_gradient_checkpointing_gives_the_same_update() -> None:
     checkpointed = make_trainer(policy={"autocast": "fp32", "gradient_checkpointing": True})
     checkpointed.step()
     a, b = weights(plain), weights(checkpointed)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_on_policy_shortcut_matches_recomputed_old_logprobs() -> None:
+    fast = make_trainer(batch_size=2, mini_batch_size=2)
+    assert fast.settings.on_policy
+    slow = make_trainer(batch_size=2, mini_batch_size=2)
+    slow.settings = replace(slow.settings, on_policy=False)
+    fast.step()
+    slow.step()
+    a, b = weights(fast), weights(slow)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
