@@ -108,15 +108,25 @@ def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, ob
     return prepare_policy(loaded.model, policy), tokenizer
 
 
-def make_backend(model: ModelConfig, policy: nn.Module, tokenizer: object) -> GenerationBackend:
-    """The generation engine for rollouts: HF (CPU/GPU) or vLLM (GPU)."""
+def make_backend(
+    model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int
+) -> GenerationBackend:
+    """The generation engine for rollouts: HF (CPU/GPU) or vLLM (GPU; started on the current
+    policy weights, then re-synced after every update by `sync_generation_weights`)."""
+    device = resolve_device(model.device)
     if model.backend == "vllm":
-        from searchrl.models.vllm_backend import VLLMBackend  # type: ignore[import-not-found]
+        from searchrl.models.vllm_backend import VLLMBackend
 
-        return VLLMBackend(policy, tokenizer, model)  # type: ignore[no-any-return]
+        dtype = "auto" if model.generation_dtype == "auto" else model.generation_dtype
+        return VLLMBackend.from_module(
+            merged_for_export(policy),
+            tokenizer,
+            dtype=dtype,
+            gpu_memory_utilization=model.vllm_gpu_memory_utilization,
+            max_model_len=max_len,
+        )
     from searchrl.models.hf_backend import HFBackend
 
-    device = resolve_device(model.device)
     dtype = (
         None if model.generation_dtype == "auto" else resolve_dtype(model.generation_dtype, device)
     )
@@ -150,12 +160,10 @@ def make_rollout_fn(
 
 
 def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> None:
-    """After each update the generation copy must see the new weights (bf16 copy on CPU,
-    vLLM engine on GPU). LoRA policies are merged into a plain model first."""
-    if hasattr(policy, "merge_and_unload"):
-        backend.set_model(merged_for_export(policy))  # type: ignore[attr-defined]
-    else:
-        backend.sync_weights(policy)  # type: ignore[attr-defined]
+    """After each update the generation engine must see the new weights (a converted copy in
+    the HF backend, the vLLM engine on GPU); LoRA policies are merged into a plain copy first.
+    Generating with the policy module itself makes this a no-op."""
+    backend.sync_weights(merged_for_export(policy))  # type: ignore[attr-defined]
 
 
 def export_model(policy: nn.Module, tokenizer: object, out: Path) -> None:

@@ -106,7 +106,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
-    backend = make_backend(config.model, policy, tokenizer)
+    backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.questions(config.data.train_split)
@@ -170,7 +170,7 @@ def sft(config: SFTConfig, out_dir: Path) -> dict[str, float]:
             reference_trajectory(r, tokenizer, use_chat) for r in refs[: config.max_examples]
         ]
     else:
-        backend = make_backend(config.model, policy, tokenizer)
+        backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)

@@ -145,3 +145,23 @@ def test_on_policy_shortcut_matches_recomputed_old_logprobs() -> None:
     slow.step()
     a, b = weights(fast), weights(slow)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_lora_weights_reach_the_generation_backend() -> None:
+    from types import SimpleNamespace
+
+    from searchrl.models.hf_backend import HFBackend
+    from searchrl.train.environment import sync_generation_weights
+    from searchrl.train.models import merged_for_export
+
+    policy = prepare_policy(tiny_llama(), tiny_config(policy={"lora_rank": 4}).policy)
+    tokenizer = SimpleNamespace(eos_token_id=1, pad_token_id=0, decode=lambda ids, **_: "")
+    backend = HFBackend(merged_for_export(policy), tokenizer, max_batch_size=2)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.5)
+    sync_generation_weights(backend, policy)
+    expected = merged_for_export(policy).state_dict()
+    got = backend.model.state_dict()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
