@@ -55,7 +55,7 @@ def train_arms(out: Path, model: Path, steps: int, eval_every: int, eval_size: i
             "train", "--config", "tiny_cpu_grpo", "--out", str(out / arm), "--resume",
             f"policy.init_checkpoint={model}", f"data.world_dir={out / 'sft' / 'world'}",
             f"steps={steps}", f"eval_every={eval_every}", f"data.eval_size={eval_size}",
-            "save_every=1", "optim.lr=1e-5", "logging.progress=false", switch,
+            "save_every=1", "optim.lr=1.0e-5", "logging.progress=false", switch,
         )  # fmt: skip
         procs.append(run(cmd, out / f"{arm}.log"))
     for proc in procs:
