@@ -214,7 +214,7 @@ def _demo_sft() -> SFTConfig:
         max_examples=48,
         epochs=1.0,
         batch_size=8,
-        micro_batch_size=4,
+        micro_batch_size=2,
         lr=1e-4,
         policy=PolicyConfig(torch_threads=1),
     )
@@ -227,7 +227,7 @@ def _demo_rl() -> TrainConfig:
         batch_size=2,
         n_samples=4,
         mini_batch_size=2,
-        micro_batch_size=4,
+        micro_batch_size=2,
         save_every=3,
         keep_checkpoints=1,
         model=ModelConfig(dtype="float32", generation_dtype="auto"),

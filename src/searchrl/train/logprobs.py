@@ -7,12 +7,15 @@ logits are never needed, and the vocabulary projection dominates memory at 49k t
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from searchrl.algo.losses import entropy_from_logits
 from searchrl.train.collate import Batch
+
+EntropyMode = Literal["grad", "log", "none"]
 
 
 def autocast(enabled: bool, device: torch.device) -> AbstractContextManager[object]:
@@ -32,7 +35,8 @@ def response_logits(model: nn.Module, batch: Batch, temperature: float) -> Tenso
         logits_to_keep=width + 1,
         use_cache=False,
     )
-    return out.logits[:, :-1].float() / temperature  # [b, R, V]
+    logits = out.logits[:, :-1].float()  # [b, R, V]
+    return logits if temperature == 1.0 else logits / temperature
 
 
 def gather_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
@@ -42,12 +46,20 @@ def gather_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 def forward_logprobs(
-    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool
+    model: nn.Module, batch: Batch, temperature: float, with_entropy: EntropyMode
 ) -> tuple[Tensor, Tensor | None]:
-    """Differentiable (log-probs [b, R], entropy [b, R] or None) for one micro-batch."""
+    """Differentiable log-probs [b, R] for one micro-batch, and entropies [b, R] (or None).
+
+    `with_entropy="grad"` keeps the entropy in the graph (entropy bonus); `"log"` computes it
+    without gradient, so the [b, R, V] softmax is not held for the backward pass."""
     logits = response_logits(model, batch, temperature)  # [b, R, V]
     logp = gather_logprobs(logits, batch.response_ids)  # [b, R]
-    return logp, (entropy_from_logits(logits) if with_entropy else None)
+    if with_entropy == "grad":
+        return logp, entropy_from_logits(logits)
+    if with_entropy == "log":
+        with torch.no_grad():
+            return logp, entropy_from_logits(logits.detach())
+    return logp, None
 
 
 def _pad_to(values: Tensor, width: int) -> Tensor:
@@ -65,7 +77,7 @@ def batched_logprobs(
     for start in range(0, batch.input_ids.shape[0], micro_batch_size):
         mb = batch.select(range(start, min(start + micro_batch_size, batch.input_ids.shape[0])))
         with autocast(bf16, device):
-            logp, _ = forward_logprobs(model, to_device(mb, device), temperature, False)
+            logp, _ = forward_logprobs(model, to_device(mb, device), temperature, "none")
         parts.append(_pad_to(logp.float().cpu(), batch.response_length))
     return torch.cat(parts) * batch.response_mask
 

@@ -142,7 +142,7 @@ def run_sft(
             rows = list(range(start, min(start + config.micro_batch_size, mask.shape[0])))
             mb = batch.select(rows)
             with autocast(bf16, device):
-                logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, False)
+                logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, "none")
             w = weights[rows, : mb.response_length].to(device)
             loss = -aggregate(logp, w)
             loss.backward()

@@ -21,7 +21,7 @@ from searchrl.algo.losses import (
     value_loss,
 )
 from searchrl.train.collate import Batch
-from searchrl.train.logprobs import autocast, forward_logprobs, to_device
+from searchrl.train.logprobs import EntropyMode, autocast, forward_logprobs, to_device
 
 # (micro-batch row indices, per-token loss weights of those rows) → (loss, logged stats)
 MicroLoss = Callable[[list[int], Tensor], tuple[Tensor, dict[str, float]]]
@@ -115,12 +115,15 @@ def policy_micro_loss(
 ) -> MicroLoss:
     """Clipped surrogate (+ β·KL to the reference when it is a loss term) − entropy bonus."""
     device = next(model.parameters()).device
+    entropy: EntropyMode = "grad" if settings.entropy_coef != 0 else "log"
 
     def loss_fn(micro: list[int], weights: Tensor) -> tuple[Tensor, dict[str, float]]:
         mb, width = _micro_rows(exp, micro)
         weights = weights[:, :width].to(device)  # [m, R']
         with autocast(settings.bf16, device):
-            logp, ent = forward_logprobs(model, to_device(mb, device), settings.temperature, True)
+            logp, ent = forward_logprobs(
+                model, to_device(mb, device), settings.temperature, entropy
+            )
         old = logp.detach() if settings.on_policy else exp.old_logp[micro, :width].to(device)
         adv = exp.advantages[micro, :width].to(device)  # [m, R']
         pg, clipped = ppo_clip(logp, old, adv, settings.clip_eps)  # [m, R'] each

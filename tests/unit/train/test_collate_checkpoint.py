@@ -48,7 +48,7 @@ def test_logprobs_match_a_plain_forward_and_ignore_padding() -> None:
         logits = model(torch.tensor([[7, 8, 9, 10, 11]])).logits.log_softmax(-1)
     direct = torch.stack([logits[0, 2, 10], logits[0, 3, 11]])
     torch.testing.assert_close(alone[0], direct, atol=1e-5, rtol=1e-5)
-    logp, ent = forward_logprobs(model, collate([b], 0), 1.0, with_entropy=True)
+    logp, ent = forward_logprobs(model, collate([b], 0), 1.0, with_entropy="grad")
     assert ent is not None and ent.shape == logp.shape and bool((ent > 0).all())
 
 
