@@ -90,8 +90,12 @@ def run_demo(config: DemoConfig, out: Path, console: Console | None = None) -> d
 
     console.rule("2/4 SFT warm start on reference trajectories")
     tick = time.perf_counter()
-    sft_cfg = replace(config.sft, data=replace(config.sft.data, world_dir=str(world_dir)))
-    sft_result = sft(sft_cfg, out / "sft")
+    summary_path = out / "sft" / "summary.json"
+    if summary_path.is_file():  # a rerun reuses a finished warm start
+        sft_result = json.loads(summary_path.read_text())
+    else:
+        sft_cfg = replace(config.sft, data=replace(config.sft.data, world_dir=str(world_dir)))
+        sft_result = sft(sft_cfg, out / "sft")
     timings["sft_s"] = time.perf_counter() - tick
     console.print(
         f"SFT: {int(sft_result['sft/examples'])} examples, loss {sft_result['sft/loss']:.3f}"
