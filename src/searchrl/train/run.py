@@ -121,7 +121,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
         trainer.restore(latest)
         if main:
             writer.truncate_after(trainer.step_count)
-    elif main and held_out:
+    elif main:
+        writer.truncate_after(-1)  # a fresh run into an old folder starts a fresh log
+    if latest is None and main and held_out:
         metrics, trajs = trainer.evaluate(held_out)
         writer.write(0, metrics)
         save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
