@@ -64,7 +64,9 @@ def main() -> None:
     rows = [json.loads(x) for x in (args.out / "metrics.jsonl").read_text().splitlines()]
     params = sum(p.numel() for p in torch.load(
         sorted((args.out / "checkpoints").glob("step_*"))[-1] / "policy.pt").values())  # fmt: skip
-    passes = 2 if config.algo.kl_coef > 0 else 1
+    on_policy = (config.ppo_epochs == 1 and config.batch_size <= config.mini_batch_size
+                 and not config.algo.kl_in_reward)  # fmt: skip
+    passes = int(not on_policy) + int(config.algo.kl_coef > 0)  # old and/or reference forwards
     print(
         f"params {params / 1e6:.1f}M · torch threads {threads} · fp32 matmul {ceiling:.0f} GFLOP/s"
     )
