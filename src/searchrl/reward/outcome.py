@@ -18,10 +18,11 @@ RewardFn = Callable[[Trajectory], dict[str, float]]
 
 
 def _answer(trajectory: Trajectory) -> str | None:
-    """The rollout's parsed answer, or the last `<answer>` block of the response text."""
+    """The rollout's parsed answer, or the last `<answer>` block of the policy's own text.
+    Env text is never read: the invalid-action feedback itself says "<answer> and </answer>"."""
     if trajectory.answer is not None:
         return trajectory.answer
-    return extract_answer(trajectory.response_text)
+    return extract_answer("".join(s.text for s in trajectory.segments if s.role == "policy"))
 
 
 def _breakdown(trajectory: Trajectory) -> tuple[str | None, dict[str, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from searchrl.config.train import RewardConfig
+from searchrl.data.templates import INVALID_ACTION_FEEDBACK
 from searchrl.reward.format import is_valid_sequence
 from searchrl.reward.outcome import em_reward, f1_reward, make_reward
 from searchrl.types import Trajectory
@@ -54,3 +55,12 @@ def test_em_and_f1() -> None:
     assert em_reward(_traj("<answer> the Seine </answer>"))["score"] == 1.0
     assert em_reward(_traj("<answer> Seine river </answer>"))["score"] == 0.0
     assert f1_reward(_traj("<answer> Seine river </answer>"))["score"] == pytest.approx(2 / 3)
+
+
+def test_invalid_action_feedback_is_never_read_as_an_answer() -> None:
+    """The env feedback contains "<answer> and </answer>"; a trajectory that never answered
+    must score as unanswered, not as the answer "and"."""
+    traj = Trajectory(id="q", question="?", golden_answers=["and"])
+    traj.append("policy", "<think> hmm </think>", [1])
+    traj.append("env", INVALID_ACTION_FEEDBACK, [2])
+    assert em_reward(traj)["em"] == 0.0
