@@ -1,11 +1,18 @@
-"""Shared fixtures: where the real shared data lives (tests skip cleanly when it is absent)."""
+"""Shared fixtures: where the real shared data lives (tests skip cleanly when it is absent), the
+real tokenizer, tiny random models, and one torch thread."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from searchrl.config.model import ModelConfig
+from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SEARCHRL_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -17,3 +24,28 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "qa").is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Run a module on one torch thread: tiny matmuls on 2 busy cores are far slower with two
+    OpenMP threads fighting other processes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
+    """The real SmolLM2 tokenizer, cached across test sessions (reading it out of the GGUF
+    takes ~10 s)."""
+    gguf = embedded_gguf_path()
+    cache = request.config.cache.mkdir(f"searchrl-tokenizer-{gguf.stem}-{gguf.stat().st_size}")
+    return load_tokenizer(ModelConfig(), cache_dir=cache)
+
+
+@pytest.fixture(scope="session")
+def tiny(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
+    """A tiny random Llama over the real vocabulary."""
+    return tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)

@@ -1,10 +1,8 @@
-"""Fixtures for the model tests: the real SmolLM2 tokenizer (cached across test sessions, since
-reading it out of the GGUF takes ~10 s), tiny random models over its vocabulary, and one torch
-thread (tiny matmuls on 2 busy cores are ~100x slower with two OpenMP threads)."""
+"""Fixtures for the model tests: a scripted LM that drives the real sampling loop, and one
+torch thread per module. The real tokenizer and the tiny model come from tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,28 +10,10 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from searchrl.config.model import ModelConfig
-from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
-
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
-    gguf = embedded_gguf_path()
-    cache = request.config.cache.mkdir(f"searchrl-tokenizer-{gguf.stem}-{gguf.stat().st_size}")
-    return load_tokenizer(ModelConfig(), cache_dir=cache)
-
-
-@pytest.fixture(scope="session")
-def tiny(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
-    return tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread (`tokenizer`, `tiny`: tests/conftest.py)."""
 
 
 class ScriptedLM(torch.nn.Module):

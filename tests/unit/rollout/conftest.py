@@ -1,39 +1,16 @@
-"""Fixtures for the rollout tests: the real SmolLM2 tokenizer (cached across sessions, since
-reading it out of the GGUF takes ~10 s), a tiny random Llama over its vocabulary, a few
-documents, and one torch thread (tiny matmuls on 2 busy cores are ~100x slower with two OpenMP
-threads)."""
+"""Fixtures for the rollout tests: a few documents, and one torch thread per module.
+The real tokenizer and the tiny model come from tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
-from transformers import PreTrainedTokenizerBase
 
-from searchrl.config.model import ModelConfig
-from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
 from searchrl.types import Document
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
-    gguf = embedded_gguf_path()
-    cache = request.config.cache.mkdir(f"searchrl-tokenizer-{gguf.stem}-{gguf.stat().st_size}")
-    return load_tokenizer(ModelConfig(), cache_dir=cache)
-
-
-@pytest.fixture(scope="session")
-def tiny(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
-    return tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread (`tokenizer`, `tiny`: tests/conftest.py)."""
 
 
 @pytest.fixture
