@@ -55,6 +55,12 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):
+            # YAML 1.1 reads `1e-5` (no dot) as a string; accept what Python reads as a number.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if annotation is str:
         if isinstance(value, str):
