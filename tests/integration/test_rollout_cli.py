@@ -4,11 +4,9 @@ safetensors directory, a real BM25 index directory of the synthetic world, the r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from searchrl.cli import app
@@ -24,11 +22,8 @@ SHORT = ["rollout.max_response_tokens=6", "rollout.max_turns=1"]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

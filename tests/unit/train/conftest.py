@@ -1,16 +1,10 @@
-"""One torch thread: tiny matmuls on 2 busy cores are far slower with two OpenMP threads."""
+"""Every test here runs on one torch thread (the shared fixture lives in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread: None) -> None:
+    """Tiny matmuls on 2 busy cores are far slower with two OpenMP threads."""
