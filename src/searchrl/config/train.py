@@ -208,15 +208,15 @@ class SFTConfig:
 
 
 def _demo_sft() -> SFTConfig:
-    """SFT sized so the demo's warm start takes ~5 minutes on a busy 2-core CPU (~65
-    training tokens/s with one thread)."""
+    """SFT sized so the demo's warm start takes a few minutes on an idle 2-core CPU. torch's
+    default thread count: the demo runs alone, where 2 threads give ~1.8x one thread's
+    matmul throughput (1 thread only wins when other processes hold the cores)."""
     return SFTConfig(
         max_examples=48,
         epochs=1.0,
         batch_size=8,
         micro_batch_size=2,
         lr=1e-4,
-        policy=PolicyConfig(torch_threads=1),
     )
 
 
@@ -231,7 +231,6 @@ def _demo_rl() -> TrainConfig:
         save_every=3,
         keep_checkpoints=1,
         model=ModelConfig(dtype="float32", generation_dtype="auto"),
-        policy=PolicyConfig(torch_threads=1),
         data=DataConfig(eval_size=24),
         algo=AlgoConfig(advantage="grpo", kl_coef=0.001, kl_estimator="k3"),
         optim=OptimConfig(lr=1e-5, warmup_ratio=0.0, grad_clip=1.0),
