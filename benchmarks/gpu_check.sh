@@ -5,7 +5,9 @@
 #      HF backend and with the vLLM backend,
 #   3. compares them: same trajectory structure, and greedy text that agrees on most turns
 #      (bf16 kernels differ, so a few divergent tokens are expected; sampled runs differ by
-#      design because the two engines use different random streams).
+#      design because the two engines use different random streams),
+#   4. checks weight sync: perturbed weights pushed into the running vLLM engine change its
+#      greedy output, and pushing the original weights back restores it exactly.
 # Usage: bash benchmarks/gpu_check.sh [N_QUESTIONS]   (run from the repository root)
 set -euo pipefail
 N="${1:-16}"
@@ -52,5 +54,31 @@ for h, v in zip(runs["hf"], runs["vllm"]):
         assert len(traj.loss_mask()) == len(traj.response_ids)
 if same_first < n // 2:
     sys.exit("vLLM and HF greedy outputs disagree on most first turns")
+
+import torch
+from searchrl.config.model import ModelConfig as MC
+from searchrl.models.loading import load_model
+from searchrl.models.generation import SamplingParams
+
+hf = load_model(MC(dtype="bfloat16", device="cpu")).model
+engine = load_policy(ModelConfig(backend="vllm", dtype="bfloat16"), max_model_len=4096)
+prompt = [engine.tokenizer.encode("The capital of France is")]
+greedy = [SamplingParams(max_new_tokens=24, temperature=0.0)]
+before = engine.backend.generate(prompt, greedy)[0].token_ids
+original = {k: v.clone() for k, v in hf.state_dict().items()}
+with torch.no_grad():
+    for name, param in hf.named_parameters():
+        if "mlp" in name:
+            param.mul_(0.5)
+started = time.perf_counter()
+engine.backend.sync_weights(hf)
+print(f"weight sync: {time.perf_counter() - started:.2f} s")
+perturbed = engine.backend.generate(prompt, greedy)[0].token_ids
+hf.load_state_dict(original)
+engine.backend.sync_weights(hf)
+restored = engine.backend.generate(prompt, greedy)[0].token_ids
+print(f"greedy before {before[:8]}, perturbed {perturbed[:8]}, restored {restored[:8]}")
+if perturbed == before or restored != before:
+    sys.exit("vLLM weight sync did not take effect")
 print(f"OK; trajectories in {out}")
 PY

@@ -1,6 +1,8 @@
 """Learning evidence: SFT warm start, then GRPO with and without retrieved-token masking.
 
     python benchmarks/learning.py --out runs/learning --steps 30
+    python benchmarks/learning.py --out runs/learning --steps 30 --set batch_size=2 \
+        --set mini_batch_size=2 --set algo.kl_coef=0      # ~2x cheaper steps
     python benchmarks/learning.py --out runs/learning --summarize   # table + PNG from what ran
 
 Stages: generate a synthetic world (1-3 hops) → SFT warm start on its reference trajectories
@@ -47,15 +49,18 @@ def warm_start(out: Path, examples: int, seed: int) -> Path:
     return model
 
 
-def train_arms(out: Path, model: Path, steps: int, eval_every: int, eval_size: int) -> None:
-    """Both GRPO arms in parallel, on the SFT run's world, from the same warm start."""
+def train_arms(
+    out: Path, model: Path, steps: int, eval_every: int, eval_size: int, extra: list[str]
+) -> None:
+    """Both GRPO arms in parallel, on the SFT run's world, from the same warm start; `extra`
+    are key=value overrides given to both."""
     procs = []
     for arm, switch in ARMS.items():
         cmd = searchrl(
             "train", "--config", "tiny_cpu_grpo", "--out", str(out / arm), "--resume",
             f"policy.init_checkpoint={model}", f"data.world_dir={out / 'sft' / 'world'}",
             f"steps={steps}", f"eval_every={eval_every}", f"data.eval_size={eval_size}",
-            "save_every=1", "optim.lr=1.0e-5", "logging.progress=false", switch,
+            "save_every=1", "optim.lr=1.0e-5", "logging.progress=false", *extra, switch,
         )  # fmt: skip
         procs.append(run(cmd, out / f"{arm}.log"))
     for proc in procs:
@@ -122,12 +127,16 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--eval-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="config override for both GRPO arms (repeatable), e.g. --set batch_size=2",
+    )  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write table + PNG")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         model = warm_start(args.out, args.sft_examples, args.seed)
-        train_arms(args.out, model, args.steps, args.eval_every, args.eval_size)
+        train_arms(args.out, model, args.steps, args.eval_every, args.eval_size, args.set)
     print(summarize(args.out))
 
 

@@ -6,7 +6,6 @@ Kept apart from the trainer so that `train.loop` stays about RL and tests can ha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,14 +16,16 @@ from torch import nn
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.config.train import DataConfig, PolicyConfig
+from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import Reference, generate_world, load_references, write_world
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import load_model, resolve_device, resolve_dtype
 from searchrl.retrieval.base import Retriever
+from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
 from searchrl.train.loop import RolloutFn
 from searchrl.train.models import merged_for_export, prepare_policy
-from searchrl.types import Document, Question
+from searchrl.types import Question
 
 WORLD_SOURCE = "world"
 
@@ -40,37 +41,14 @@ class Environment:
     def questions(self, split: str) -> list[Question]:
         """Questions of one split (train, dev, test)."""
         if split not in self.splits:
-            self.splits[split] = read_questions(self.world_dir / f"{split}.jsonl")
+            self.splits[split] = load_flashrag_jsonl(
+                self.world_dir / f"{split}.jsonl", WORLD_SOURCE
+            )
         return self.splits[split]
 
     def references(self, split: str) -> list[Reference]:
         """The world's scripted reference trajectories for one split."""
         return load_references(self.world_dir / f"references_{split}.jsonl")
-
-
-def read_questions(path: Path) -> list[Question]:
-    """A world split file (`{id, question, golden_answers, hops, metadata}` per line)."""
-    questions = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            questions.append(
-                Question(
-                    uid=f"{WORLD_SOURCE}:{row['id']}",
-                    question=row["question"],
-                    golden_answers=tuple(row["golden_answers"]),
-                    source=WORLD_SOURCE,
-                    hops=row.get("hops"),
-                    metadata=row.get("metadata", {}),
-                )
-            )
-    return questions
-
-
-def read_corpus(path: Path) -> list[Document]:
-    """`corpus.jsonl` rows → documents."""
-    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
-    return [Document(id=str(r["id"]), contents=r["contents"]) for r in rows]
 
 
 def prepare_world(data: DataConfig, out_dir: Path) -> Path:

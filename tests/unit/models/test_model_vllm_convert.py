@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from searchrl.models.vllm_backend import VLLMBackend
 
@@ -32,6 +33,40 @@ def test_stop_reasons_map_to_the_backend_contract(tokenizer, finish, stop, reaso
     assert out.logprobs == [-0.5 * (i + 1) for i in range(len(ids))]
 
 
-def test_weight_sync_is_refused_explicitly(tokenizer) -> None:
-    with pytest.raises(NotImplementedError):
-        VLLMBackend(llm=None, tokenizer=tokenizer).sync_weights(object())
+class FakeEngine:
+    """`vllm.LLM`'s two calls that weight sync uses, with in-process "workers" whose models
+    record what `load_weights` received (vLLM's loader takes (HF name, tensor) pairs)."""
+
+    def __init__(self, workers: int) -> None:
+        self.loaded: list[dict[str, torch.Tensor]] = [{} for _ in range(workers)]
+        self.cache_resets = 0
+
+    def collective_rpc(self, method):  # type: ignore[no-untyped-def]
+        results = []
+        for store in self.loaded:
+            model = SimpleNamespace(load_weights=lambda weights, store=store: store.update(weights))
+            results.append(method(SimpleNamespace(model_runner=SimpleNamespace(model=model))))
+        return results
+
+    def reset_prefix_cache(self) -> None:
+        self.cache_resets += 1
+
+
+def test_weight_sync_sends_every_tensor_to_every_worker(tokenizer) -> None:
+    source = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    engine = FakeEngine(workers=2)
+    VLLMBackend(llm=engine, tokenizer=tokenizer).sync_weights(source)
+    expected = source.state_dict()
+    for store in engine.loaded:
+        assert store.keys() == expected.keys()
+        for name, tensor in expected.items():
+            assert torch.equal(store[name], tensor) and store[name].device.type == "cpu"
+            assert store[name].data_ptr() != tensor.data_ptr()  # a copy: later updates can't leak
+    assert engine.cache_resets == 1
+
+
+def test_weight_sync_fails_loudly_when_a_worker_loads_nothing(tokenizer) -> None:
+    engine = FakeEngine(workers=1)
+    engine.collective_rpc = lambda method: [0]  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="expected 2"):
+        VLLMBackend(llm=engine, tokenizer=tokenizer).sync_weights(torch.nn.Linear(2, 2))
