@@ -5,8 +5,9 @@ server, and recall@3 on the QA sets, for BM25 and dense.
     python benchmarks/retrieval.py --corpus ../shared/data/corpus/wiki_paragraphs.jsonl --scale 4
 
 Dense encoding on a 2-core CPU is slow, so dense is measured on the first `--dense-limit`
-passages of the (replicated) corpus; the table says how many. Compare ratios within one run:
-the machine is shared and absolute numbers are noisy.
+passages of the (replicated) corpus; the table says how many. "server" rows go through
+`RemoteRetriever`, the client training uses, so its cost (HTTP, JSON, building hits) counts.
+Compare ratios within one run: the machine is shared and absolute numbers are noisy.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
+import urllib3
 
-from searchrl.config.retrieval import DenseConfig, RetrievalConfig
-from searchrl.retrieval import Retriever, build_index, load_index
+from searchrl.config.retrieval import DenseConfig, RemoteConfig, RetrievalConfig
+from searchrl.retrieval import (
+    RemoteRetriever,
+    RetrievalError,
+    Retriever,
+    build_index,
+    load_index,
+)
 from searchrl.types import Hit
 
 BATCHES = (1, 16, 64)
@@ -123,9 +130,9 @@ def start_server(index_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     deadline = time.monotonic() + 300
     while True:
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            if urllib3.request("GET", f"{url}/health", timeout=1, retries=False).status == 200:
                 return process, url
-        except httpx.TransportError:
+        except urllib3.exceptions.HTTPError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("the benchmark server did not start")
@@ -133,21 +140,21 @@ def start_server(index_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def hammer(url: str, queries: list[str], clients: int, duration_s: float) -> Row:
-    """`clients` threads, each with its own connection, posting one query at a time for
-    `duration_s` (threads, not asyncio: httpx's async pool is the bottleneck at 32 tasks)."""
+    """`clients` threads, each with its own `RemoteRetriever` (own connection), searching one
+    query at a time for `duration_s`; a failure is counted, not retried."""
     latencies: list[float] = []
     errors: list[int] = []
     stop = time.monotonic() + duration_s
 
     def client(offset: int) -> None:
-        with httpx.Client(timeout=60) as session:
+        config = RemoteConfig(url=f"{url}/retrieve", timeout_s=60, retries=0)
+        with RemoteRetriever(config) as session:
             i = offset
             while time.monotonic() < stop:
                 t0 = time.perf_counter()
                 try:
-                    body = {"queries": [queries[i % len(queries)]], "topk": 3}
-                    failed = session.post(f"{url}/retrieve", json=body).status_code != 200
-                except httpx.HTTPError:
+                    failed = len(session.search([queries[i % len(queries)]], 3)) != 1
+                except RetrievalError:
                     failed = True
                 latencies.append(time.perf_counter() - t0)
                 errors.append(int(failed))
@@ -178,10 +185,10 @@ def speed_rows(
         rows.append(Row(name, passages, "in process", batch, qps, p50, p99))
     process, url = start_server(index_dir)
     try:
-        with httpx.Client(timeout=120) as session:
+        with RemoteRetriever(RemoteConfig(url=f"{url}/retrieve", timeout_s=120)) as session:
 
             def remote(q: list[str]) -> None:
-                session.post(f"{url}/retrieve", json={"queries": q, "topk": 3}).raise_for_status()
+                session.search(q, 3)
 
             remote(queries[:4])
             for batch in BATCHES:

@@ -2,7 +2,7 @@
 and remote engines, index directories with manifests, and the `/retrieve` HTTP server.
 
 Names are resolved lazily (PEP 562): modules that only need `searchrl.retrieval.base` (the
-rollout engine, fakes in tests) do not pay for importing bm25s, scipy and httpx.
+rollout engine, fakes in tests) do not pay for importing bm25s, scipy and urllib3.
 """
 
 from __future__ import annotations
