@@ -34,6 +34,9 @@ def test_embedded_model_rolls_out_with_search() -> None:
     finally:
         torch.set_num_threads(threads)
     assert policy.model is not None and policy.model.dtype == torch.float32
+    # dequantized weights must not stay flagged as quantized (that blocks training and saving)
+    assert not policy.model.is_quantized
+    assert not hasattr(policy.model.config, "quantization_config")
     assert policy.tokenizer.eos_token == "<|im_end|>"
     for traj in trajs:
         assert traj.prompt.startswith("<|im_start|>")

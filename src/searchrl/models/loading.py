@@ -112,9 +112,21 @@ def load_model(config: ModelConfig) -> LoadedModel:
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    if gguf_file:
+        forget_gguf_quantization(model)
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+def forget_gguf_quantization(model: PreTrainedModel) -> None:
+    """A model loaded from a GGUF file holds plain dequantized tensors but stays flagged as
+    quantized, which blocks `.float()`, training and `save_pretrained`; drop the flag."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
 
 
 @dataclass

@@ -53,21 +53,9 @@ class Critic(nn.Module):
         return self.head(states.float()).squeeze(-1)
 
 
-def forget_gguf_quantization(model: nn.Module) -> None:
-    """A model loaded from a GGUF file holds plain dequantized tensors but stays flagged as
-    quantized, which blocks `.float()`, training and `save_pretrained`; drop the flag."""
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-        model.is_quantized = False
-        config = getattr(model, "config", None)
-        if config is not None and hasattr(config, "quantization_config"):
-            del config.quantization_config
-
-
 def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     """Make the loaded model trainable: fp32 master weights, LoRA and checkpointing as asked."""
-    forget_gguf_quantization(model)
-    with torch.no_grad():  # in place: GGUF-loaded models refuse `.float()` (flagged quantized)
+    with torch.no_grad():  # in place: keeps parameter identity (optimizers, LoRA wrappers)
         for param in model.parameters():
             if param.dtype != torch.float32:
                 param.data = param.data.float()
