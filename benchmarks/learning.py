@@ -93,12 +93,22 @@ def summarize(out: Path) -> str:
         steps = [r for r in data if r["step"] > 0]
         evals = [(r["step"], r["val/em"]) for r in data if "val/em" in r]
         for ax, (key, title) in zip(axes, panels, strict=True):
-            pts = [(r["step"], r[key]) for r in data if key in r]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=arm)
             ax.set_title(title)
             ax.set_xlabel("GRPO step")
             ax.grid(alpha=0.3)
+            pts = [(r["step"], r[key]) for r in data if key in r]
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            if key == "val/em":
+                ax.plot(xs, ys, marker="o", ms=4, label=arm)
+                continue
+            # 2 prompts a step make per-step values mostly about which questions came up (both
+            # arms draw the same ones): raw points faint, a 5-step running mean on top
+            line = ax.plot(xs, ys, marker="o", ms=2, alpha=0.3)[0]
+            means = [sum(ys[max(0, i - 4) : i + 1]) / len(ys[max(0, i - 4) : i + 1])
+                     for i in range(len(ys))]  # fmt: skip
+            ax.plot(xs, means, color=line.get_color(), lw=2, label=arm)
         if not steps:
             continue
         reward = [r["critic/score/mean"] for r in steps]
