@@ -56,11 +56,10 @@ if same_first < n // 2:
     sys.exit("vLLM and HF greedy outputs disagree on most first turns")
 
 import torch
-from searchrl.config.model import ModelConfig as MC
 from searchrl.models.loading import load_model
 from searchrl.models.generation import SamplingParams
 
-hf = load_model(MC(dtype="bfloat16", device="cpu")).model
+hf = load_model(ModelConfig(dtype="bfloat16", device="cpu")).model
 engine = load_policy(ModelConfig(backend="vllm", dtype="bfloat16"), max_model_len=4096)
 prompt = [engine.tokenizer.encode("The capital of France is")]
 greedy = [SamplingParams(max_new_tokens=24, temperature=0.0)]

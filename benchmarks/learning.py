@@ -74,6 +74,15 @@ def rows(path: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def running_mean(values: list[float] | tuple[float, ...], window: int) -> list[float]:
+    """Mean of each value and up to `window - 1` values before it."""
+    out = []
+    for i in range(len(values)):
+        recent = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(recent) / len(recent))
+    return out
+
+
 def summarize(out: Path) -> str:
     """Markdown table per arm and a 4-panel PNG comparing the arms."""
     import matplotlib
@@ -106,9 +115,7 @@ def summarize(out: Path) -> str:
             # 2 prompts a step make per-step values mostly about which questions came up (both
             # arms draw the same ones): raw points faint, a 5-step running mean on top
             line = ax.plot(xs, ys, marker="o", ms=2, alpha=0.3)[0]
-            means = [sum(ys[max(0, i - 4) : i + 1]) / len(ys[max(0, i - 4) : i + 1])
-                     for i in range(len(ys))]  # fmt: skip
-            ax.plot(xs, means, color=line.get_color(), lw=2, label=arm)
+            ax.plot(xs, running_mean(ys, 5), color=line.get_color(), lw=2, label=arm)
         if not steps:
             continue
         reward = [r["critic/score/mean"] for r in steps]

@@ -100,15 +100,15 @@ class RemoteRetriever:
             ) from err
         except TransportError as err:
             raise _Retryable(f"{type(err).__name__}: {err}") from err
-        text = response.data
+        body = response.data
         if response.status >= 500:
-            raise _Retryable(f"HTTP {response.status}: {text[:200].decode(errors='replace')}")
+            raise _Retryable(f"HTTP {response.status}: {body[:200].decode(errors='replace')}")
         if response.status >= 400:
             raise RetrievalError(
                 f"retrieval server {self.config.url} refused the request: HTTP "
-                f"{response.status}: {text[:500].decode(errors='replace')}"
+                f"{response.status}: {body[:500].decode(errors='replace')}"
             )
-        return self._parse(text, n_queries)
+        return self._parse(body, n_queries)
 
     def _parse(self, body: bytes, n_queries: int) -> list[list[Hit]]:
         where = f"response from {self.config.url}"

@@ -91,7 +91,6 @@ def make_backend(
 ) -> GenerationBackend:
     """The generation engine for rollouts: HF (CPU/GPU) or vLLM (GPU; started on the current
     policy weights, then re-synced after every update by `sync_generation_weights`)."""
-    device = resolve_device(model.device)
     if model.backend == "vllm":
         from searchrl.models.vllm_backend import VLLMBackend
 
@@ -105,6 +104,7 @@ def make_backend(
         )
     from searchrl.models.hf_backend import HFBackend
 
+    device = resolve_device(model.device)
     dtype = (
         None if model.generation_dtype == "auto" else resolve_dtype(model.generation_dtype, device)
     )
