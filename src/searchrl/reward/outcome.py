@@ -18,11 +18,14 @@ RewardFn = Callable[[Trajectory], dict[str, float]]
 
 
 def _answer(trajectory: Trajectory) -> str | None:
-    """The rollout's parsed answer, or the last `<answer>` block of the policy's own text.
-    Env text is never read: the invalid-action feedback itself says "<answer> and </answer>"."""
+    """The rollout's parsed answer, or else the last complete `<answer>` block inside a single
+    policy segment. Never text joined across segments (`<answer> Par` … feedback … `is
+    </answer>` is not an answer), and never env text (the invalid-action feedback itself says
+    "<answer> and </answer>")."""
     if trajectory.answer is not None:
         return trajectory.answer
-    return extract_answer("".join(s.text for s in trajectory.segments if s.role == "policy"))
+    found = [extract_answer(s.text) for s in trajectory.segments if s.role == "policy"]
+    return next((a for a in reversed(found) if a is not None), None)
 
 
 def _breakdown(trajectory: Trajectory) -> tuple[str | None, dict[str, float]]:

@@ -27,7 +27,7 @@ from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import INFORMATION_CLOSE, INVALID_ACTION_FEEDBACK, format_information
 from searchrl.models.generation import GenerationBackend, SamplingParams
 from searchrl.retrieval.base import RetrievalError, Retriever
-from searchrl.reward.metrics import answer_metrics, extract_answer
+from searchrl.reward.metrics import answer_metrics
 from searchrl.rollout.parse import Action, parse_action
 from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
 from searchrl.types import Question, Role, SearchCall, Segment, Trajectory
@@ -167,6 +167,8 @@ class RolloutEngine:
             else:
                 row.traj.stats.valid_actions += 1
             row.query = action.content if action.kind == "search" else ""
+            if action.kind == "answer":
+                row.traj.answer = action.content
             row.phase = self._decide(row, action)
 
     def _search(self, rows: list[_Row]) -> None:
@@ -218,10 +220,8 @@ class RolloutEngine:
             self.observer(traj, segment)
 
     def _score(self, traj: Trajectory) -> None:
-        """Answer from the policy's own text only: the invalid-action feedback itself contains
-        `<answer> and </answer>`, which would otherwise be read as an answer."""
-        policy_text = "".join(s.text for s in traj.segments if s.role == "policy")
-        traj.answer = extract_answer(policy_text)
+        """The answer is the content of a complete `<answer>` action of one policy turn (set
+        when that turn was parsed); text pieced together across turns never counts."""
         traj.metrics = answer_metrics(traj.answer, traj.golden_answers)
 
 

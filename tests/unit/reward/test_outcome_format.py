@@ -64,3 +64,14 @@ def test_invalid_action_feedback_is_never_read_as_an_answer() -> None:
     traj.append("policy", "<think> hmm </think>", [1])
     traj.append("env", INVALID_ACTION_FEEDBACK, [2])
     assert em_reward(traj)["em"] == 0.0
+
+
+def test_an_answer_split_across_policy_segments_is_not_an_answer() -> None:
+    traj = Trajectory(id="q", question="?", golden_answers=["Paris"])
+    traj.append("policy", "<answer> Par", [1])
+    traj.append("env", INVALID_ACTION_FEEDBACK, [2])
+    traj.append("policy", "is </answer>", [3])
+    assert em_reward(traj)["em"] == 0.0
+    traj.append("env", INVALID_ACTION_FEEDBACK, [2])
+    traj.append("policy", "<answer> Paris </answer>", [4])
+    assert em_reward(traj)["em"] == 1.0

@@ -106,6 +106,19 @@ def test_invalid_action_gets_the_feedback_as_env_and_never_counts_as_answer(
     assert lost.stats.invalid_actions == CONFIG.max_turns + 1
 
 
+def test_an_answer_split_across_turns_never_counts(tokenizer, docs) -> None:
+    """`<answer> Par` … invalid-action feedback … `is </answer>` joined would read "Paris";
+    only a complete `<answer>…</answer>` action of one turn is an answer."""
+
+    def split_answer(context: str) -> str:
+        return "<answer> Par" if "Let me try again" not in context else "is </answer>"
+
+    backend = ScriptedBackend(tokenizer, split_answer)
+    (traj,) = run_rollouts(backend, tokenizer, DictRetriever(docs), [FRANCE], CONFIG)
+    assert traj.stats.valid_actions == 0
+    assert traj.answer is None and traj.metrics["em"] == 0.0
+
+
 def test_search_budget_then_one_final_turn_whose_search_is_not_executed(tokenizer, docs) -> None:
     retriever = DictRetriever(docs)
     backend = ScriptedBackend(tokenizer, lambda context: "<search> France </search>")
