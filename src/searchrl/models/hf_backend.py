@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -59,7 +60,8 @@ class HFBackend:
         self.model = model
         converted = self.generation_dtype is not None and model.dtype != self.generation_dtype
         self._runner = copy.deepcopy(model).to(self.generation_dtype) if converted else model
-        self._runner.eval()
+        if converted:  # our own copy; the caller's module keeps its train/eval mode
+            self._runner.eval()
         self._prefixes.clear()
         self._eos_ids = eos_token_ids(self.tokenizer, model)
         self._pad_id = self._pick_pad_id()
@@ -100,15 +102,16 @@ class HFBackend:
         ]
         todo = [i for i, r in enumerate(results) if r is None]
         todo.sort(key=lambda i: -len(prompts[i]))
-        for start in range(0, len(todo), self.max_batch_size):
-            chunk = todo[start : start + self.max_batch_size]
-            outputs = self._generate_batch(
-                [prompts[i] for i in chunk],
-                [params[i] for i in chunk],
-                [prefixes[i] for i in chunk],
-            )
-            for i, output in zip(chunk, outputs, strict=True):
-                results[i] = output
+        with _eval_mode(self._runner):
+            for start in range(0, len(todo), self.max_batch_size):
+                chunk = todo[start : start + self.max_batch_size]
+                outputs = self._generate_batch(
+                    [prompts[i] for i in chunk],
+                    [params[i] for i in chunk],
+                    [prefixes[i] for i in chunk],
+                )
+                for i, output in zip(chunk, outputs, strict=True):
+                    results[i] = output
         return [r for r in results if r is not None]
 
     def _pick_pad_id(self) -> int:
@@ -166,6 +169,19 @@ class HFBackend:
             step_ids = next_ids[:, None]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
         return [row.finished() for row in rows]
+
+
+@contextmanager
+def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) while generating, then the mode the module had: when the runner
+    is the trainer's live policy, generation must not leave it in eval mode (gradient
+    checkpointing and dropout only act in training mode)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 class _RowState:

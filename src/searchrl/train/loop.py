@@ -38,11 +38,13 @@ from searchrl.train.models import (
     make_optimizer,
     reference_context,
     trainable,
+    training,
     use_bf16,
     warmup_then_constant,
 )
 from searchrl.train.update import (
     Experience,
+    MicroLoss,
     UpdateSettings,
     critic_micro_loss,
     minibatches,
@@ -255,43 +257,47 @@ class Trainer:
         return minibatches(n_rows, max(cfg.batch_size // cfg.mini_batch_size, 1), generator)
 
     def _update_policy(self, exp: Experience) -> dict[str, float]:
-        n = exp.batch.input_ids.shape[0]
-        stats: dict[str, float] = {}
         loss = policy_micro_loss(self.model, exp, self.settings, self.kl_loss)
-        for epoch in range(self.config.ppo_epochs):
-            stats = optimize(
-                trainable(self.policy),
-                self.optimizer,
-                self._groups(n, epoch, 0),
-                self.weights,
-                exp.mask,
-                self.settings.micro_batch_size,
-                self.settings.grad_clip,
-                loss,
-                "actor",
-            )
+        with training(self.policy):
+            stats = self._optimize(self.policy, self.optimizer, exp, loss, "actor", salt=0)
         self.scheduler.step()
         return stats
 
     def _update_critic(self, exp: Experience) -> dict[str, float]:
         assert self.critic_model is not None and self.critic_optimizer is not None
+        assert self.critic is not None and self.critic_scheduler is not None
+        loss = critic_micro_loss(self.critic_model, exp, self.settings)
+        with training(self.critic):
+            stats = self._optimize(
+                self.critic_model, self.critic_optimizer, exp, loss, "critic", salt=1
+            )
+        self.critic_scheduler.step()
+        return stats
+
+    def _optimize(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        exp: Experience,
+        loss: MicroLoss,
+        prefix: str,
+        salt: int,
+    ) -> dict[str, float]:
+        """`ppo_epochs` passes over seeded mini-batches of the experience."""
         n = exp.batch.input_ids.shape[0]
         stats: dict[str, float] = {}
-        loss = critic_micro_loss(self.critic_model, exp, self.settings)
         for epoch in range(self.config.ppo_epochs):
             stats = optimize(
-                trainable(self.critic_model),
-                self.critic_optimizer,
-                self._groups(n, epoch, 1),
+                trainable(module),
+                optimizer,
+                self._groups(n, epoch, salt),
                 self.weights,
                 exp.mask,
                 self.settings.micro_batch_size,
                 self.settings.grad_clip,
                 loss,
-                "critic",
+                prefix,
             )
-        assert self.critic_scheduler is not None
-        self.critic_scheduler.step()
         return stats
 
     # ---- evaluation and checkpoints -----------------------------------------------------

@@ -148,6 +148,18 @@ def evaluating(module: nn.Module) -> Iterator[None]:
         module.train(was_training)
 
 
+@contextmanager
+def training(module: nn.Module) -> Iterator[None]:
+    """Train mode for an update, whatever mode rollouts or evaluation left the module in
+    (gradient checkpointing only recomputes in training mode)."""
+    was_training = module.training
+    module.train()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
 def merged_for_export(policy: nn.Module) -> nn.Module:
     """A plain HF model to save or to generate with: LoRA adapters merged into a copy."""
     if hasattr(policy, "merge_and_unload"):

@@ -165,3 +165,33 @@ def test_lora_weights_reach_the_generation_backend() -> None:
     expected = merged_for_export(policy).state_dict()
     got = backend.model.state_dict()
     assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def test_a_backend_sharing_the_policy_leaves_it_training_and_checkpointing() -> None:
+    """The HF backend generating with the live policy used to switch it to eval mode for
+    good, so updates ran in eval mode and gradient checkpointing silently stopped."""
+    from types import SimpleNamespace
+
+    from searchrl.models.generation import SamplingParams
+    from searchrl.models.hf_backend import HFBackend
+
+    trainer = make_trainer(policy={"autocast": "fp32", "gradient_checkpointing": True})
+    tokenizer = SimpleNamespace(eos_token_id=1, pad_token_id=0, decode=lambda ids, **_: "")
+    backend = HFBackend(trainer.policy, tokenizer, max_batch_size=2)
+    assert trainer.policy.training
+    backend.generate([[5, 6, 7]], [SamplingParams(max_new_tokens=2, temperature=0.0)])
+    assert trainer.policy.training
+
+    calls = [0]
+    for layer in trainer.policy.model.layers:
+        checkpoint = layer._gradient_checkpointing_func
+
+        def counted(*args: object, _inner=checkpoint, **kwargs: object) -> object:
+            calls[0] += 1
+            return _inner(*args, **kwargs)
+
+        layer._gradient_checkpointing_func = counted
+    trainer.step()
+    # every layer of every update micro-batch (2 mini-batches x 2 micro-batches) checkpointed
+    assert calls[0] == 4 * len(trainer.policy.model.layers)
+    assert trainer.policy.training
