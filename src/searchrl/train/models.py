@@ -30,9 +30,10 @@ class Critic(nn.Module):
 
     def __init__(self, causal_lm: nn.Module) -> None:
         super().__init__()
-        base = getattr(causal_lm, "base_model", causal_lm)
-        base = getattr(base, "model", base)
-        self.backbone = copy.deepcopy(base)
+        # A LoRA policy is a PeftModel whose `base_model` is peft's wrapper, not the
+        # transformer: merge the adapters into a plain copy first, then take its backbone.
+        plain = merged_for_export(causal_lm)
+        self.backbone = copy.deepcopy(plain.base_model)
         for param in self.backbone.parameters():
             param.requires_grad_(True)
         hidden = self.backbone.config.hidden_size

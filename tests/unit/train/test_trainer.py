@@ -195,3 +195,18 @@ def test_a_backend_sharing_the_policy_leaves_it_training_and_checkpointing() -> 
     # every layer of every update micro-batch (2 mini-batches x 2 micro-batches) checkpointed
     assert calls[0] == 4 * len(trainer.policy.model.layers)
     assert trainer.policy.training
+
+
+def test_ppo_with_lora_trains_adapters_and_a_full_critic() -> None:
+    """The critic used to take peft's wrapper (a whole CausalLM) as its backbone and crash."""
+    config = tiny_config(
+        policy={"autocast": "fp32", "lora_rank": 4}, algo={"advantage": "gae", "kl_in_reward": True}
+    )
+    policy = prepare_policy(tiny_llama(), config.policy)
+    critic = Critic(policy)
+    assert not any("lora_" in n for n, _ in critic.named_parameters())
+    trainer = Trainer(config, policy, critic, None, 0, scripted_rollout, em_reward, questions())
+    critic_before = {n: p.detach().clone() for n, p in critic.named_parameters()}
+    metrics, _ = trainer.step()
+    assert "critic/vf_loss" in metrics
+    assert any(not torch.equal(critic_before[n], p) for n, p in critic.named_parameters())
