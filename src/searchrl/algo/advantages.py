@@ -11,6 +11,9 @@ Departures from the paper:
 - GRPO divides by the *unbiased* group std plus `eps`, as verl (Search-R1's code base) does;
   a group whose rewards are all equal gets advantage 0, not NaN. `scale_by_std=False` gives
   the Dr. GRPO variant (mean-centering only).
+- GAE advantages are whitened over the trained tokens of the batch (mean 0, variance 1), as
+  verl's `compute_gae_advantage_return` does for Search-R1's PPO; the returns the critic
+  regresses on are not. `whiten=False` keeps the raw advantages.
 - REINFORCE (group size 1) uses the raw score as the advantage, which is what GRPO degenerates
   to in Search-R1's code when G = 1 (the mean of a single reward is taken as 0 there).
 """
@@ -63,6 +66,17 @@ def gae(
     return advantages, returns
 
 
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x − mean) / sqrt(var + eps) over the masked-in entries; 0 elsewhere. [B, T] → [B, T].
+
+    The variance is the unbiased one (verl's), and the mean is not added back."""
+    m = mask.to(values.dtype)
+    count = m.sum().clamp(min=1.0)
+    mean = (values * m).sum() / count
+    var = (((values - mean) * m) ** 2).sum() / (count - 1).clamp(min=1.0)
+    return (values - mean) * torch.rsqrt(var + eps) * m
+
+
 def _group_index(group_ids: Sequence[str], device: torch.device) -> tuple[Tensor, int]:
     """Map uid strings to dense ints [B] (first-seen order) and return the number of groups."""
     dense: dict[str, int] = {}
@@ -70,36 +84,45 @@ def _group_index(group_ids: Sequence[str], device: torch.device) -> tuple[Tensor
     return torch.tensor(index, device=device, dtype=torch.long), len(dense)
 
 
-def _group_stats(scores: Tensor, group_ids: Sequence[str]) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-trajectory (group sum [B], group count [B], group sum of squares [B])."""
+def _group_stats(scores: Tensor, group_ids: Sequence[str]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-trajectory group sum, count, sum of squares, and whether the group's rewards are all
+    equal ([B] each). Statistics are float64: in float32 equal non-binary rewards (F1, format
+    scores) leave a rounding residue that the std division blows up into a nonzero advantage."""
     index, n_groups = _group_index(group_ids, scores.device)  # [B]
-    zeros = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
-    sums = zeros.index_add(0, index, scores)  # [G]
-    counts = zeros.index_add(0, index, torch.ones_like(scores))  # [G]
-    squares = zeros.index_add(0, index, scores * scores)  # [G]
-    return sums[index], counts[index], squares[index]
+    x = scores.double()
+    zeros = torch.zeros(n_groups, dtype=torch.float64, device=scores.device)
+    sums = zeros.index_add(0, index, x)  # [G]
+    counts = zeros.index_add(0, index, torch.ones_like(x))  # [G]
+    squares = zeros.index_add(0, index, x * x)  # [G]
+    high = zeros.scatter_reduce(0, index, x, "amax", include_self=False)  # [G]
+    low = zeros.scatter_reduce(0, index, x, "amin", include_self=False)  # [G]
+    return sums[index], counts[index], squares[index], (high == low)[index]
 
 
 def grpo_scores(scores: Tensor, group_ids: Sequence[str], scale_by_std: bool, eps: float) -> Tensor:
     """(r − mean_group) / (std_group + eps), or only mean-centred. scores: [B] → [B].
 
-    Singleton groups get mean 0 and std 1 so G = 1 reduces to REINFORCE, as in verl.
+    Singleton groups get mean 0 and std 1 so G = 1 reduces to REINFORCE, as in verl; any
+    other group whose rewards are all equal gets exactly 0.
     """
-    sums, counts, squares = _group_stats(scores, group_ids)  # [B] each
+    sums, counts, squares, flat = _group_stats(scores, group_ids)  # [B] each
     single = counts < 2  # [B]
     mean = torch.where(single, torch.zeros_like(sums), sums / counts)  # [B]
     # Unbiased variance: (Σr² − n·mean²) / (n − 1).
     var = (squares - counts * mean * mean) / (counts - 1).clamp(min=1)  # [B]
     std = torch.where(single, torch.ones_like(var), var.clamp(min=0).sqrt())  # [B]
-    centred = scores - mean  # [B]
-    return centred / (std + eps) if scale_by_std else centred
+    centred = torch.where(flat & ~single, torch.zeros_like(mean), scores.double() - mean)
+    out = centred / (std + eps) if scale_by_std else centred
+    return out.to(scores.dtype)
 
 
 def rloo_scores(scores: Tensor, group_ids: Sequence[str]) -> Tensor:
     """Leave-one-out baseline: r_i − mean of the other members of the group. [B] → [B]."""
-    sums, counts, _ = _group_stats(scores, group_ids)  # [B] each
-    others = (sums - scores) / (counts - 1).clamp(min=1)  # [B]
-    return torch.where(counts > 1, scores - others, scores)
+    sums, counts, _, flat = _group_stats(scores, group_ids)  # [B] each
+    x = scores.double()
+    others = (sums - x) / (counts - 1).clamp(min=1)  # [B]
+    out = torch.where(counts > 1, torch.where(flat, torch.zeros_like(x), x - others), x)
+    return out.to(scores.dtype)
 
 
 def _broadcast(per_sequence: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -109,7 +132,7 @@ def _broadcast(per_sequence: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def make_estimator(
-    name: str, *, gamma: float, lam: float, scale_by_std: bool, eps: float
+    name: str, *, gamma: float, lam: float, scale_by_std: bool, eps: float, whiten: bool = True
 ) -> Estimator:
     """Pick the estimator once, at trainer construction."""
     if name == "gae":
@@ -117,7 +140,8 @@ def make_estimator(
         def _gae(inp: AdvantageInputs) -> tuple[Tensor, Tensor]:
             if inp.values is None:
                 raise ValueError("GAE needs critic values")
-            return gae(inp.token_rewards, inp.values, inp.mask, gamma, lam)
+            advantages, returns = gae(inp.token_rewards, inp.values, inp.mask, gamma, lam)
+            return (masked_whiten(advantages, inp.mask) if whiten else advantages), returns
 
         return _gae
     if name == "grpo":

@@ -97,10 +97,16 @@ def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return logp - ref_logp
 
 
+KL_CLAMP = 10.0
+"""verl clamps the k3 value to ±10: one token the reference finds very unlikely must not
+dominate the loss (or its gradient) of a whole mini-batch."""
+
+
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Low-variance estimator r − log r − 1 with r = π_ref/π (≥ 0, unbiased). [B, T]."""
+    """Low-variance estimator r − log r − 1 with r = π_ref/π (≥ 0, unbiased), clamped to
+    [−10, 10] as verl does. [B, T]."""
     log_ratio = (ref_logp - logp).clamp(-20.0, 20.0)  # [B, T] guards exp overflow
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-KL_CLAMP, KL_CLAMP)
 
 
 def make_kl(name: str) -> KLEstimator:

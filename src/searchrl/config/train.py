@@ -68,6 +68,8 @@ class AlgoConfig:
     """GAE λ (paper: 1, i.e. advantage = return − value)."""
     scale_by_std: bool = True
     """GRPO: divide the group-centred reward by the group std (off = Dr. GRPO)."""
+    whiten_advantages: bool = True
+    """GAE: whiten advantages over the batch's trained tokens (verl/Search-R1 PPO does)."""
     adv_eps: float = 1e-6
     """Added to the group std so zero-variance groups give 0, not NaN."""
     clip_eps: float = 0.2

@@ -130,6 +130,7 @@ class Trainer:
             lam=algo.lam,
             scale_by_std=algo.scale_by_std,
             eps=algo.adv_eps,
+            whiten=algo.whiten_advantages,
         )
         self.weights = make_loss_weights(algo.loss_agg)
         self.kl_loss = (

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from searchrl.algo.advantages import AdvantageInputs, gae, grpo_scores, make_estimator, rloo_scores
+import pytest
+
+from searchrl.algo.advantages import (
+    AdvantageInputs,
+    gae,
+    grpo_scores,
+    make_estimator,
+    masked_whiten,
+    rloo_scores,
+)
 
 
 def test_gae_with_unit_lambda_gamma_is_return_minus_value() -> None:
@@ -66,3 +75,34 @@ def test_estimators_broadcast_over_trained_tokens() -> None:
     torch.testing.assert_close(adv, torch.tensor([[0.5, 0.0, 0.5], [-0.5, -0.5, 0.0]]))
     reinforce, _ = make_estimator("reinforce", gamma=1, lam=1, scale_by_std=True, eps=0)(inp)
     torch.testing.assert_close(reinforce, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize(("size", "value"), [(6, 0.9), (7, 0.2), (8, 0.1), (3, 0.45), (5, 0.3)])
+def test_equal_non_binary_rewards_give_exactly_zero(size: int, value: float) -> None:
+    """float32 statistics left a residue that the std division turned into nonzero advantages
+    (0.06 for six rewards of 0.9)."""
+    scores = torch.full((size,), value, dtype=torch.float32)
+    ids = ["g"] * size
+    assert torch.equal(grpo_scores(scores, ids, scale_by_std=True, eps=1e-6), torch.zeros(size))
+    assert torch.equal(rloo_scores(scores, ids), torch.zeros(size))
+
+
+def test_gae_advantages_are_whitened_over_trained_tokens_returns_are_not() -> None:
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    inp = AdvantageInputs(
+        scores=torch.tensor([1.0, 0.0]),
+        token_rewards=torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]),
+        mask=mask,
+        group_ids=["a", "b"],
+        values=torch.tensor([[0.1, 0.5, 0.2, 0.3], [0.4, 0.1, 0.0, 0.0]]),
+    )
+    raw_adv, raw_ret = make_estimator(
+        "gae", gamma=1, lam=1, scale_by_std=True, eps=0, whiten=False
+    )(inp)
+    adv, ret = make_estimator("gae", gamma=1, lam=1, scale_by_std=True, eps=0)(inp)
+    torch.testing.assert_close(ret, raw_ret)
+    trained = adv[mask.bool()]
+    torch.testing.assert_close(trained.mean(), torch.tensor(0.0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(trained.std(), torch.tensor(1.0), atol=1e-4, rtol=0)
+    assert torch.equal(adv[~mask.bool()], torch.zeros(3))
+    torch.testing.assert_close(masked_whiten(raw_adv, mask), adv)

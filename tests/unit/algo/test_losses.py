@@ -111,3 +111,12 @@ def test_entropy_matches_definition() -> None:
     p = logits.softmax(-1)
     expected = -(p * p.log()).sum(-1)
     torch.testing.assert_close(entropy_from_logits(logits), expected)
+
+
+def test_k3_is_clamped_to_ten_like_verl() -> None:
+    logp = torch.tensor([[-0.1, -0.1, -3.0]], requires_grad=True)
+    ref = torch.tensor([[-30.0, 5.0, -3.0]])
+    kl = kl_k3(logp, ref)
+    assert float(kl.max()) == 10.0 and float(kl[0, 2]) == 0.0
+    kl.sum().backward()
+    assert logp.grad is not None and float(logp.grad[0, 1]) == 0.0  # clamped: no gradient
