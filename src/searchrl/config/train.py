@@ -84,6 +84,11 @@ class AlgoConfig:
     """KL loss estimator (k3 = Schulman's low-variance one, used by Search-R1 GRPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (Search-R1: 0, entropy is only logged)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: groups whose rewards are all equal (zero advantage) are not
+    trained on; more prompts are drawn until `batch_size` informative groups exist."""
+    max_sampling_rounds: int = 3
+    """Dynamic sampling: most rollout rounds per step (then train on what was found)."""
     mask_env: bool = True
     """Retrieved-token masking. False reproduces the paper's no-masking ablation."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "seq-mean-token-mean"

@@ -16,7 +16,6 @@ samples of a prompt are drawn on one rank).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from searchrl.train.models import (
     use_bf16,
     warmup_then_constant,
 )
+from searchrl.train.sampling import PromptSampler, split_groups
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -63,34 +63,6 @@ class RolloutFn(Protocol):
 
 
 @dataclass
-class PromptSampler:
-    """Epoch-wise seeded shuffles of the training questions; its state is two integers, so a
-    resumed run draws exactly the prompts the uninterrupted run would have."""
-
-    questions: Sequence[Question]
-    seed: int
-    epoch: int = 0
-    position: int = 0
-
-    def _order(self) -> list[int]:
-        order = list(range(len(self.questions)))
-        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
-        return order
-
-    def next_batch(self, size: int) -> list[Question]:
-        """The next `size` questions, wrapping into a new shuffle at the end of an epoch."""
-        picked: list[Question] = []
-        while len(picked) < size:
-            order = self._order()
-            take = order[self.position : self.position + size - len(picked)]
-            picked.extend(self.questions[i] for i in take)
-            self.position += len(take)
-            if self.position >= len(order):
-                self.epoch, self.position = self.epoch + 1, 0
-        return picked
-
-
-@dataclass
 class Distributed:
     """This process's place among the training processes (1 of 1 without accelerate)."""
 
@@ -98,6 +70,8 @@ class Distributed:
     world_size: int = 1
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module
     barrier: Callable[[], None] = lambda: None
+    reduce: Callable[[int, str], int] = lambda value, op: value
+    """All-reduce of one integer over the processes, op "sum" or "min"."""
 
 
 class Trainer:
@@ -161,38 +135,92 @@ class Trainer:
 
     # ---- the pipeline -------------------------------------------------------------------
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
-        """One RL step; returns its metrics and trajectories."""
+        """One RL step; returns its metrics and every trajectory sampled for it."""
         timer = StageTimer()
         with timer("step"):
-            with timer("gen"):
-                trajectories = self._rollouts()
-            with timer("reward"):
-                self._score(trajectories)
-            with timer("ref"):
-                exp = self._experience(trajectories)
-            with timer("adv"):
-                exp = self._advantages(exp, trajectories)
+            sampled, trained, counts = self._collect(timer)
             stats: dict[str, float] = {}
-            if self.critic is not None:
-                with timer("update_critic"):
-                    stats.update(self._update_critic(exp))
-            with timer("update_actor"):
-                stats.update(self._update_policy(exp))
+            if trained:
+                with timer("ref"):
+                    exp = self._experience(trained)
+                with timer("adv"):
+                    exp = self._advantages(exp, trained)
+                if self.critic is not None:
+                    with timer("update_critic"):
+                        stats.update(self._update_critic(exp))
+                with timer("update_actor"):
+                    stats.update(self._update_policy(exp))
+            else:
+                self._skip_update()
         self.step_count += 1
-        metrics = {**rollout_metrics(trajectories), **stats, **timer.metrics()}
+        metrics = {**rollout_metrics(sampled), **counts, **stats, **timer.metrics()}
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        tokens = float(exp.batch.attention_mask.sum())
+        tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
         metrics["train/epoch"] = float(self.sampler.epoch)
-        return metrics, trajectories
+        return metrics, sampled
 
-    def _rollouts(self) -> list[Trajectory]:
-        """Sample this rank's slice of the step's prompts and roll each out n times."""
-        cfg, dist = self.config, self.dist
-        prompts = self.sampler.next_batch(cfg.batch_size)[dist.rank :: dist.world_size]
-        seed = (cfg.seed * 100_003 + self.step_count) * dist.world_size + dist.rank
-        with evaluating(self.policy):
-            return self.rollout(prompts, n_samples=cfg.n_samples, seed=seed, greedy=False)
+    def _collect(
+        self, timer: StageTimer
+    ) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """Roll out and score prompts, round after round, until `batch_size` usable groups
+        exist (all processes together) or `algo.max_sampling_rounds` rounds have run.
+
+        Groups with a failed retrieval are never trained on. Without dynamic sampling one
+        round is drawn and every other group is trained on (the paper). With it, groups whose
+        rewards are all equal are skipped, later rounds draw enough new prompts to replace
+        them (sized by the informative share seen so far), and exactly `batch_size` groups
+        are kept, so every optimizer step averages over the same number of useful groups.
+        Returns (every sampled trajectory, the trajectories to train on, counters)."""
+        cfg, dist, algo = self.config, self.dist, self.config.algo
+        quota = -(-cfg.batch_size // dist.world_size)  # groups this process may keep
+        sampled: list[Trajectory] = []
+        kept: list[list[Trajectory]] = []
+        used: set[str] = set()
+        drawn = informative = failed = rounds = 0
+        while rounds < (algo.max_sampling_rounds if algo.dynamic_sampling else 1):
+            missing = cfg.batch_size - dist.reduce(len(kept), "sum")
+            if missing <= 0:
+                break
+            share = informative / drawn if drawn else 1.0
+            size = cfg.batch_size if rounds == 0 else -(-missing // max(share, 0.25))
+            size = min(size, 2 * cfg.batch_size, len(self.sampler.questions) - len(used))
+            if size <= 0:
+                break
+            prompts = self.sampler.next_batch(size, exclude=used)
+            used.update(q.uid for q in prompts)
+            seed = ((cfg.seed * 100_003 + self.step_count) * 8 + rounds) * dist.world_size
+            with timer("gen"), evaluating(self.policy):
+                trajectories = self.rollout(
+                    prompts[dist.rank :: dist.world_size],
+                    n_samples=cfg.n_samples,
+                    seed=seed + dist.rank,
+                    greedy=False,
+                )
+            with timer("reward"):
+                self._score(trajectories)
+            split = split_groups(trajectories)
+            sampled += trajectories
+            drawn += len(prompts)
+            informative += dist.reduce(len(split.informative), "sum")
+            failed += sum(len(g) for g in split.failed)
+            kept += split.informative if algo.dynamic_sampling else split.informative + split.flat
+            rounds += 1
+        kept = kept[: min(quota, dist.reduce(len(kept), "min"))]
+        counts = {
+            "train/groups_sampled": float(drawn),
+            "train/groups_informative": float(informative),
+            "train/groups_trained": float(len(kept) * dist.world_size),
+            "train/sampling_rounds": float(rounds),
+            "train/dropped_failed": float(failed),
+        }
+        return sampled, [t for group in kept for t in group], counts
+
+    def _skip_update(self) -> None:
+        """No usable group this step: no gradient, but the schedules still advance."""
+        self.scheduler.step()
+        if self.critic_scheduler is not None:
+            self.critic_scheduler.step()
 
     def _score(self, trajectories: Sequence[Trajectory]) -> None:
         for traj in trajectories:
@@ -318,7 +346,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "trainer": {
                 "step": self.step_count,
-                "sampler": (self.sampler.epoch, self.sampler.position),
+                "sampler": self.sampler.state(),
                 "rng": ckpt.rng_state(),
             },
         }
@@ -348,5 +376,5 @@ class Trainer:
             self.critic_scheduler.load_state_dict(parts["critic_scheduler"])
         trainer = parts["trainer"]
         self.step_count = trainer["step"]
-        self.sampler.epoch, self.sampler.position = trainer["sampler"]
+        self.sampler.load_state(trainer["sampler"])
         ckpt.restore_rng(trainer["rng"])

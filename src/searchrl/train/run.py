@@ -59,11 +59,19 @@ def setup_distributed() -> Distributed:
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     if accelerator.num_processes == 1:
         return Distributed()
+
+    def reduce(value: int, op: str) -> int:
+        tensor = torch.tensor([value], dtype=torch.long, device=accelerator.device)
+        ops = {"sum": torch.distributed.ReduceOp.SUM, "min": torch.distributed.ReduceOp.MIN}
+        torch.distributed.all_reduce(tensor, op=ops[op])
+        return int(tensor.item())
+
     return Distributed(
         rank=accelerator.process_index,
         world_size=accelerator.num_processes,
         wrap=accelerator.prepare_model,
         barrier=accelerator.wait_for_everyone,
+        reduce=reduce,
     )
 
 
