@@ -20,6 +20,7 @@ from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import Reference, generate_world, load_references, write_world
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import load_model, resolve_device, resolve_dtype
+from searchrl.models.precision import fast_bf16
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
@@ -106,7 +107,9 @@ def make_backend(
 
     device = resolve_device(model.device)
     dtype = (
-        None if model.generation_dtype == "auto" else resolve_dtype(model.generation_dtype, device)
+        generation_dtype_for(device)
+        if model.generation_dtype == "auto"
+        else resolve_dtype(model.generation_dtype, device)
     )
     return HFBackend(
         merged_for_export(policy),  # type: ignore[arg-type]
@@ -114,6 +117,13 @@ def make_backend(
         max_batch_size=model.generation_batch_size,
         generation_dtype=dtype,
     )
+
+
+def generation_dtype_for(device: torch.device) -> torch.dtype | None:
+    """`generation_dtype: auto` for training runs: a bf16 copy where bf16 is fast (its
+    sampling distribution differs slightly from the fp32 policy's; old log-probs are always
+    recomputed by the trainer), else generate with the fp32 policy itself."""
+    return torch.bfloat16 if fast_bf16(device) else None
 
 
 def make_rollout_fn(

@@ -239,13 +239,13 @@ class Trainer:
             old_logp = (
                 torch.zeros(batch.response_ids.shape)
                 if self.settings.on_policy
-                else batched_logprobs(self.policy, batch, micro, temp, bf16)
+                else batched_logprobs(self.policy, batch, micro, temp, bf16, mask)
             )
             ref_logp = None
             if self.config.algo.kl_coef > 0:
                 ref_model, context = reference_context(self.policy, self.reference)
                 with context:  # type: ignore[attr-defined]
-                    ref_logp = batched_logprobs(ref_model, batch, micro, temp, bf16)
+                    ref_logp = batched_logprobs(ref_model, batch, micro, temp, bf16, mask)
         old_values = None
         if self.critic is not None:
             with evaluating(self.critic):

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from searchrl.config.train import PolicyConfig
+from searchrl.models.precision import fast_bf16
 from searchrl.train.collate import Batch
 
 
@@ -96,9 +97,10 @@ def reference_context(policy: nn.Module, reference: nn.Module | None) -> tuple[n
 
 
 def use_bf16(setting: str, module: nn.Module) -> bool:
-    """Resolve `policy.autocast` for where `module` lives (`auto`: only on CUDA)."""
+    """Resolve `policy.autocast` for where `module` lives (`auto`: on where bf16 is fast, i.e.
+    CUDA and CPUs with native bf16; see `models.precision`)."""
     if setting == "auto":
-        return next(module.parameters()).device.type == "cuda"
+        return fast_bf16(next(module.parameters()).device)
     return setting == "bf16"
 
 

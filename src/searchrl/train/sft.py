@@ -141,9 +141,9 @@ def run_sft(
         for start in range(0, mask.shape[0], config.micro_batch_size):
             rows = list(range(start, min(start + config.micro_batch_size, mask.shape[0])))
             mb = batch.select(rows)
-            with autocast(bf16, device):
-                logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, "none")
             w = weights[rows, : mb.response_length].to(device)
+            with autocast(bf16, device):
+                logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, "none", w > 0)
             loss = -aggregate(logp, w)
             loss.backward()
             total += float(loss.detach())

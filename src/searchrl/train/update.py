@@ -122,7 +122,7 @@ def policy_micro_loss(
         weights = weights[:, :width].to(device)  # [m, R']
         with autocast(settings.bf16, device):
             logp, ent = forward_logprobs(
-                model, to_device(mb, device), settings.temperature, entropy
+                model, to_device(mb, device), settings.temperature, entropy, exp.mask[micro, :width]
             )
         old = logp.detach() if settings.on_policy else exp.old_logp[micro, :width].to(device)
         adv = exp.advantages[micro, :width].to(device)  # [m, R']
