@@ -30,6 +30,5 @@ def test_probe_decides_without_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(precision, "_cpu_flags", lambda: None)
     monkeypatch.setattr(precision, "_probe_bf16_speedup", lambda: 0.02)
     assert precision.cpu_has_fast_bf16() is False
-    assert precision._probe_bf16_speedup.__name__  # the real probe exists and runs:
-    monkeypatch.undo()
+    monkeypatch.undo()  # the real probe runs and measures a ratio
     assert precision._probe_bf16_speedup(size=64, repeats=1) > 0
