@@ -5,6 +5,13 @@ entities along the way: each hop it searches with a short query, reads the retri
 passages of the entity it is looking for, and takes the next entity from their text. So its
 exact match measures whether the corpus and a real retriever make the question solvable, and
 its transcripts are supervised warm-start demonstrations (short thoughts for a small model).
+
+The thoughts carry a plan: the first one lists the relations the question chains ("Plan:
+publisher, headquarters, country."), each later one the steps still left, and the last one says
+none is left. Without it, a 135M model warm-started on these transcripts read every fact
+correctly but kept chaining past the question (after SFT on 300 transcripts: 2.2 searches per
+1-hop question and EM 0.48 there); with the plan, knowing when to answer is copying a shrinking
+list rather than re-parsing a nested question at every turn.
 """
 
 from __future__ import annotations
@@ -83,6 +90,14 @@ def _goal(rel: Relation, mention: str) -> str:
     return rel.phrases[0].format(x=mention)
 
 
+def _plan(relations: Sequence[Relation], first: bool) -> str:
+    """The steps still to take, as their search keywords ("Plan: a, b." / "Steps left: b.")."""
+    keywords = ", ".join(r.keyword for r in relations)
+    if first:
+        return f"Plan: {keywords}."
+    return f"Steps left: {keywords}." if relations else "No steps left."
+
+
 def read_fact(hits: Sequence[Hit], mention: str, rel: Relation) -> str | None:
     """The object of `rel` for the entity `mention` names, read from the retrieved passages
     titled as that entity (passages of namesakes and other entities are ignored)."""
@@ -106,12 +121,13 @@ def _advance(state: _State, step: int, hits: Sequence[Hit]) -> None:
         state.answer = UNKNOWN
         return
     fact = _capitalise(rel.sentences[0].format(s=state.mention, o=value))
-    if step == len(state.relations) - 1:
-        state.thought = fact
+    left = state.relations[step + 1 :]
+    if not left:
+        state.thought = f"{fact} {_plan(left, first=False)}"
         state.answer = name_of_mention(value) if rel.links else value
         return
     state.mention = value
-    state.thought = f"{fact} Now I need {_goal(state.relations[step + 1], value)}."
+    state.thought = f"{fact} {_plan(left, first=False)} Now I need {_goal(left[0], value)}."
 
 
 def _finish(state: _State) -> Reference:
@@ -138,7 +154,8 @@ def solve(questions: Sequence[Question], retriever: Retriever, k: int) -> list[R
     for q in questions:
         rels = [relation(name) for name in q.metadata["relations"]]
         start = q.metadata["start"]
-        states.append(_State(q, rels, start, f"I need to find {_goal(rels[0], start)}."))
+        thought = f"{_plan(rels, first=True)} I need to find {_goal(rels[0], start)}."
+        states.append(_State(q, rels, start, thought))
     active = list(states)
     step = 0
     while active:
