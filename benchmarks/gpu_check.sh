@@ -7,8 +7,13 @@
 #      (bf16 kernels differ, so a few divergent tokens are expected; sampled runs differ by
 #      design because the two engines use different random streams),
 #   4. checks weight sync: perturbed weights pushed into the running vLLM engine change its
-#      greedy output, and pushing the original weights back restores it exactly.
+#      greedy output, and pushing the original weights back restores it exactly,
+#   5. FSDP (policy.strategy=fsdp) on every visible GPU (2 or more; NCCL): the 2-process test
+#      (same whole weights on every rank after a step, exact resume from a sharded
+#      checkpoint), then two GRPO steps of `searchrl train` on the embedded model, sharded,
+#      with the vLLM engine generating from the gathered weights.
 # Usage: bash benchmarks/gpu_check.sh [N_QUESTIONS]   (run from the repository root)
+# Not run yet: no GPU was lent while it was written.
 set -euo pipefail
 N="${1:-16}"
 PY="${PY:-.venv/bin/python}"
@@ -81,3 +86,15 @@ if perturbed == before or restored != before:
     sys.exit("vLLM weight sync did not take effect")
 print(f"OK; trajectories in {out}")
 PY
+
+GPUS="$(nvidia-smi -L | wc -l)"
+if [ "$GPUS" -ge 2 ]; then
+  "$PY" -m pytest -q tests/integration/test_train_fsdp.py
+  .venv/bin/accelerate launch --multi_gpu --num_processes "$GPUS" --mixed_precision no \
+    --dynamo_backend no .venv/bin/searchrl train --config tiny_cpu_grpo --out "$OUT/fsdp" \
+    steps=2 data.eval_size=0 policy.strategy=fsdp model.backend=vllm policy.autocast=bf16
+  test -f "$OUT/fsdp/model/config.json"
+  echo "FSDP OK on $GPUS GPUs"
+else
+  echo "FSDP check skipped: $GPUS GPU(s) visible, it needs 2 or more"
+fi

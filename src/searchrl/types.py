@@ -62,6 +62,11 @@ class Segment:
     role: Role
     text: str
     token_ids: list[int]
+    logprobs: list[float] | None = field(default=None, compare=False)
+    """Behaviour log-probs of a `policy` segment's tokens as the generation engine sampled
+    them (its precision, after temperature/top-p); the trainer compares them with its own to
+    correct an engine/trainer mismatch. None for env text and older files. Not part of
+    equality: two segments are the same when their role, text and tokens are."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -129,10 +134,19 @@ class Trajectory:
     sample: int = 0
     refinement: Refinement | None = None
 
-    def append(self, role: Role, text: str, token_ids: list[int]) -> Segment:
+    def append(
+        self,
+        role: Role,
+        text: str,
+        token_ids: list[int],
+        logprobs: list[float] | None = None,
+    ) -> Segment:
         """Add a segment; consecutive segments of the same role stay separate on purpose
         (each generation turn or observation is its own unit for the refiner's step numbering)."""
-        segment = Segment(role=role, text=text, token_ids=list(token_ids))
+        if logprobs is not None and len(logprobs) != len(token_ids):
+            raise ValueError(f"{len(logprobs)} log-probs for {len(token_ids)} tokens")
+        kept = list(logprobs) if logprobs is not None else None
+        segment = Segment(role=role, text=text, token_ids=list(token_ids), logprobs=kept)
         self.segments.append(segment)
         if role == "policy":
             self.stats.policy_tokens += len(segment.token_ids)

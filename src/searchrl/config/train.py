@@ -35,6 +35,14 @@ class PolicyConfig:
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default). On a small shared CPU, 1 thread per
     process is ~2.5x faster than 2 (OpenMP threads spin when cores are busy)."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """Several processes (`accelerate launch`): `ddp` keeps a full copy of the model and its
+    optimizer on every rank; `fsdp` shards them (torch FSDP2, one unit per decoder layer),
+    which is what a 7B model needs. Needs a generation engine with its own copy of the
+    weights (ct2 on CPU, vllm on GPU): the HF backend would run the sharded module."""
+    fsdp_cpu_offload: bool = False
+    """FSDP: keep the sharded parameters, gradients and optimizer states in CPU memory
+    (the paper's 7B setting on 8 GPUs); slower steps, much less GPU memory."""
     autocast: Literal["auto", "bf16", "fp32"] = "auto"
     """bf16 autocast for training forwards (fp32 master weights and optimizer stay). `auto` =
     on for CUDA, off on CPU: CPUs without native bf16 (no AVX512-BF16/AMX) run bf16 matmuls
@@ -97,6 +105,12 @@ class AlgoConfig:
     """Retrieved-token masking. False reproduces the paper's no-masking ablation."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "seq-mean-token-mean"
     """How per-token losses become a scalar (the paper's formula is seq-mean-token-mean)."""
+    behaviour_correction: Literal["auto", "tis", "off"] = "auto"
+    """Truncated importance sampling against the generation engine's log-probs: `auto` = on
+    when the engine samples at another precision than the fp32 trainer (CTranslate2 int8, a
+    bf16 generation copy, vLLM); the old log-probs are then always recomputed."""
+    tis_cap: float = 2.0
+    """C in the per-token weight min(π_old/μ, C) (Yao et al. 2025 use 2)."""
 
 
 @dataclass(frozen=True)

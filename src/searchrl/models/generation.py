@@ -109,7 +109,7 @@ def sample_tokens(
     probs = torch.softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # [rows, vocab]
     top_p = torch.tensor([p.top_p for p in params], device=logits.device)
     if bool((top_p < 1.0).any()):
-        probs = _nucleus(probs, top_p)
+        probs = nucleus(probs, top_p)
     cdf = probs.cumsum(dim=-1)  # [rows, vocab]
     uniforms = torch.cat([torch.rand(1, generator=g) for g in generators]).to(logits.device)
     targets = (uniforms * cdf[:, -1]).contiguous()[:, None]  # [rows, 1]
@@ -121,7 +121,7 @@ def sample_tokens(
     return tokens, logprobs
 
 
-def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Zero every token outside the smallest set whose mass reaches `top_p` (per row); the most
     likely token always survives."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # [rows, vocab]

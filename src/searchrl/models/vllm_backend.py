@@ -20,6 +20,12 @@ from searchrl.models.generation import Generation, SamplingParams, StopReason
 VLLM_INSTALL = 'pip install -e ".[vllm]"  (needs an NVIDIA GPU)'
 
 
+def _whole(tensor: Any) -> Any:
+    """A sharded (FSDP DTensor) weight gathered whole (collective), or the tensor itself."""
+    gather = getattr(tensor, "full_tensor", None)
+    return gather() if callable(gather) else tensor
+
+
 class VLLMBackend:
     """`GenerationBackend` over a `vllm.LLM` engine."""
 
@@ -89,7 +95,7 @@ class VLLMBackend:
         small next to a rollout. Not yet run on a GPU in this project's CI (no GPU there);
         `benchmarks/gpu_check.sh` exercises it where one is available."""
         weights = [
-            (name, tensor.detach().to("cpu", copy=True))
+            (name, _whole(tensor.detach()).to("cpu", copy=True))
             for name, tensor in source.state_dict().items()
         ]
 

@@ -47,11 +47,27 @@ def encoder_path(name: str) -> str:
 
 
 def load_encoder(config: DenseConfig) -> Any:
-    """Load the SentenceTransformer, turning any failure (no hub, bad path) into one message."""
-    sentence_transformers = _optional("sentence_transformers")
+    """The CTranslate2 encoder when `engine` allows it (CPU), else the SentenceTransformer;
+    any failure (no hub, bad path) becomes one message."""
+    torch = _optional("torch")
     if config.torch_threads > 0:
-        _optional("torch").set_num_threads(config.torch_threads)
+        torch.set_num_threads(config.torch_threads)
     path = encoder_path(config.encoder)
+    if config.engine != "torch" and config.device == "cpu" and Path(path).is_dir():
+        from searchrl.retrieval.ct2_encoder import CT2Encoder, EncoderUnavailable
+
+        try:
+            return CT2Encoder(
+                path,
+                max_seq_length=config.max_seq_length,
+                compute_type=config.ct2_compute_type,
+                threads=config.torch_threads or torch.get_num_threads(),
+            )
+        except EncoderUnavailable as err:
+            if config.engine == "ct2":
+                raise RetrievalError(f"encoder {config.encoder!r}: {err}") from err
+            print(f"searchrl: CTranslate2 encoder unavailable ({err}); using sentence-transformers")
+    sentence_transformers = _optional("sentence_transformers")
     try:
         model = sentence_transformers.SentenceTransformer(
             path, device=config.device, local_files_only=config.local_files_only

@@ -156,9 +156,14 @@ class RolloutEngine:
         started = time.perf_counter()
         outputs = self.backend.generate(prompts, [self._sampling(r) for r in rows])
         elapsed = time.perf_counter() - started
+        generated = sum(len(out.token_ids) for out in outputs)
         for row, out in zip(rows, outputs, strict=True):
-            self._append(row.traj, "policy", out.text, out.token_ids)
-            row.traj.stats.generation_s += elapsed
+            complete = len(out.logprobs) == len(out.token_ids)
+            logprobs = list(out.logprobs) if complete else None
+            self._append(row.traj, "policy", out.text, out.token_ids, logprobs)
+            # Each row's share of the batched call, by the tokens it generated: summed over
+            # the rows, the shares add up to the call's wall time (tokens/s stays honest).
+            row.traj.stats.generation_s += elapsed * len(out.token_ids) / max(generated, 1)
             row.turn += 1
             row.traj.stats.turns = row.turn
             action = parse_action(out.text)
@@ -214,8 +219,15 @@ class RolloutEngine:
             self._append(row.traj, "env", self.tok.decode(ids), ids)
         row.phase = self._decide(row, None)
 
-    def _append(self, traj: Trajectory, role: Role, text: str, ids: list[int]) -> None:
-        segment = traj.append(role, text, ids)
+    def _append(
+        self,
+        traj: Trajectory,
+        role: Role,
+        text: str,
+        ids: list[int],
+        logprobs: list[float] | None = None,
+    ) -> None:
+        segment = traj.append(role, text, ids, logprobs)
         if self.observer is not None:
             self.observer(traj, segment)
 

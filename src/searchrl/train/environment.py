@@ -19,7 +19,12 @@ from searchrl.config.train import DataConfig, PolicyConfig
 from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import Reference, generate_world, load_references, write_world
 from searchrl.models.generation import GenerationBackend
-from searchrl.models.loading import load_model, resolve_device, resolve_dtype
+from searchrl.models.loading import (
+    generation_backend,
+    load_model,
+    resolve_backend,
+    resolve_device,
+)
 from searchrl.models.precision import fast_bf16
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
@@ -90,8 +95,9 @@ def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, ob
 def make_backend(
     model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int
 ) -> GenerationBackend:
-    """The generation engine for rollouts: HF (CPU/GPU) or vLLM (GPU; started on the current
-    policy weights, then re-synced after every update by `sync_generation_weights`)."""
+    """The generation engine for rollouts: CTranslate2 (the CPU default), HF (CPU/GPU) or vLLM
+    (GPU), started on the current policy weights, then re-synced after every update by
+    `sync_generation_weights`."""
     if model.backend == "vllm":
         from searchrl.models.vllm_backend import VLLMBackend
 
@@ -103,20 +109,10 @@ def make_backend(
             gpu_memory_utilization=model.vllm_gpu_memory_utilization,
             max_model_len=max_len,
         )
-    from searchrl.models.hf_backend import HFBackend
-
-    device = resolve_device(model.device)
-    dtype = (
-        generation_dtype_for(device)
-        if model.generation_dtype == "auto"
-        else resolve_dtype(model.generation_dtype, device)
-    )
-    return HFBackend(
-        merged_for_export(policy),  # type: ignore[arg-type]
-        tokenizer,  # type: ignore[arg-type]
-        max_batch_size=model.generation_batch_size,
-        generation_dtype=dtype,
-    )
+    bf16_copy = generation_dtype_for(resolve_device(model.device)) is not None
+    if resolve_backend(model) == "hf" and model.generation_dtype == "auto" and bf16_copy:
+        model = replace(model, generation_dtype="bfloat16")
+    return generation_backend(model, merged_for_export(policy), tokenizer)  # type: ignore[arg-type]
 
 
 def generation_dtype_for(device: torch.device) -> torch.dtype | None:
@@ -154,8 +150,14 @@ def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> No
     backend.sync_weights(merged_for_export(policy))  # type: ignore[attr-defined]
 
 
-def export_model(policy: nn.Module, tokenizer: object, out: Path) -> None:
-    """A plain HF directory (LoRA merged) that `model.name_or_path` / `init_checkpoint` load."""
+def export_model(
+    policy: nn.Module, tokenizer: object, out: Path, state_dict: dict | None = None
+) -> None:
+    """A plain HF directory (LoRA merged) that `model.name_or_path` / `init_checkpoint` load;
+    `state_dict` gives the whole weights of a sharded (FSDP) policy, gathered beforehand."""
     out.mkdir(parents=True, exist_ok=True)
-    merged_for_export(policy).save_pretrained(out)  # type: ignore[operator]
+    if state_dict is not None:
+        policy.save_pretrained(out, state_dict=state_dict)  # type: ignore[operator]
+    else:
+        merged_for_export(policy).save_pretrained(out)  # type: ignore[operator]
     tokenizer.save_pretrained(out)  # type: ignore[attr-defined]

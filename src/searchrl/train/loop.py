@@ -16,6 +16,7 @@ samples of a prompt are drawn on one rank).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,13 @@ import torch
 from torch import nn
 
 from searchrl.algo.advantages import AdvantageInputs, make_estimator
+from searchrl.algo.behaviour import behaviour_logprobs, truncated_importance_weights
 from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
 from searchrl.config.train import TrainConfig
+from searchrl.models.loading import engine_matches_trainer
 from searchrl.reward.outcome import RewardFn
 from searchrl.train import checkpoint as ckpt
+from searchrl.train import fsdp
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import batched_logprobs, batched_values
 from searchrl.train.metrics import StageTimer, eval_metrics, rollout_metrics
@@ -53,6 +57,9 @@ from searchrl.train.update import (
 )
 from searchrl.types import Question, Trajectory
 
+SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
+"""Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
+
 
 class RolloutFn(Protocol):
     """Questions → trajectories (`n_samples` each, grouped by question uid)."""
@@ -72,6 +79,8 @@ class Distributed:
     barrier: Callable[[], None] = lambda: None
     reduce: Callable[[int, str], int] = lambda value, op: value
     """All-reduce of one integer over the processes, op "sum" or "min"."""
+    sharded: bool = False
+    """FSDP: `wrap` shards in place; checkpoints and weight gathers involve every rank."""
 
 
 class Trainer:
@@ -94,6 +103,8 @@ class Trainer:
         self.policy, self.critic, self.reference = policy, critic, reference
         self.model = self.dist.wrap(policy)
         self.critic_model = self.dist.wrap(critic) if critic is not None else None
+        if self.dist.sharded and reference is not None:
+            self.reference = self.dist.wrap(reference)
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
         self.sampler = PromptSampler(questions, config.seed)
         self.step_count = 0
@@ -119,6 +130,11 @@ class Trainer:
             self.critic_scheduler = warmup_then_constant(
                 self.critic_optimizer, config.steps, optim.critic_warmup_ratio
             )
+        correction = config.algo.behaviour_correction
+        self.correct_behaviour = correction == "tis" or (
+            correction == "auto" and not engine_matches_trainer(config.model)
+        )
+        """Reweight by π_old/μ: the engine samples at another precision than the trainer."""
         self.settings = UpdateSettings(
             micro_batch_size=config.micro_batch_size,
             grad_clip=optim.grad_clip,
@@ -145,6 +161,7 @@ class Trainer:
                     exp = self._experience(trained)
                 with timer("adv"):
                     exp = self._advantages(exp, trained)
+                stats.update(exp.mismatch)
                 if self.critic is not None:
                     with timer("update_critic"):
                         stats.update(self._update_critic(exp))
@@ -227,7 +244,9 @@ class Trainer:
             traj.reward = self.reward(traj)
 
     def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
-        """Collate, then old and reference log-probs (and old values) before any update."""
+        """Collate, then old and reference log-probs (and old values) before any update. Under
+        an engine/trainer mismatch the old log-probs are always recomputed and give the
+        truncated importance weights against the engine's behaviour log-probs."""
         batch = collate(trajectories, self.pad_id)
         mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
         micro, bf16, temp = (
@@ -238,7 +257,7 @@ class Trainer:
         with evaluating(self.policy):
             old_logp = (
                 torch.zeros(batch.response_ids.shape)
-                if self.settings.on_policy
+                if self.settings.on_policy and not self.correct_behaviour
                 else batched_logprobs(self.policy, batch, micro, temp, bf16, mask)
             )
             ref_logp = None
@@ -251,7 +270,15 @@ class Trainer:
             with evaluating(self.critic):
                 old_values = batched_values(self.critic, batch, micro, bf16)
         zeros = torch.zeros_like(old_logp)
-        return Experience(batch, mask, old_logp, zeros, ref_logp, None, old_values)
+        tis_weight, mismatch = None, {}
+        if self.correct_behaviour:
+            behaviour = behaviour_logprobs(trajectories, batch.response_length)
+            tis_weight, mismatch = truncated_importance_weights(
+                old_logp, behaviour, mask, self.config.algo.tis_cap
+            )
+        return Experience(
+            batch, mask, old_logp, zeros, ref_logp, None, old_values, tis_weight, mismatch
+        )
 
     def _advantages(self, exp: Experience, trajectories: Sequence[Trajectory]) -> Experience:
         """Token rewards (−β·KL in the reward for PPO), then the configured estimator."""
@@ -268,15 +295,7 @@ class Trainer:
             values=exp.old_values,
         )
         advantages, returns = self.estimator(inputs)
-        return Experience(
-            exp.batch,
-            exp.mask,
-            exp.old_logp,
-            advantages,
-            exp.ref_logp,
-            returns,
-            exp.old_values,
-        )
+        return dataclasses.replace(exp, advantages=advantages, returns=returns)
 
     def _groups(self, n_rows: int, epoch: int, salt: int) -> list[list[int]]:
         cfg = self.config
@@ -358,23 +377,31 @@ class Trainer:
         return parts
 
     def save(self, root: Path) -> Path:
-        """Atomically write a checkpoint of the current step."""
+        """Atomically write a checkpoint of the current step (sharded: every rank calls it)."""
+        if self.dist.sharded:
+            small = {k: v for k, v in self.state().items() if k in SMALL_PARTS}
+            return fsdp.save_checkpoint(root, self, small, self.config.keep_checkpoints)
         return ckpt.save_checkpoint(
             root, self.step_count, self.state(), self.config.keep_checkpoints
         )
 
     def restore(self, path: Path) -> None:
         """Load a checkpoint written by `save`: weights, optimizers, schedules, RNG, data."""
-        parts = ckpt.load_checkpoint(path)
-        ckpt.load_trainable(self.policy, parts["policy"])
-        self.optimizer.load_state_dict(parts["optimizer"])
+        if self.dist.sharded:
+            parts = fsdp.load_checkpoint(path, self)
+        else:
+            parts = ckpt.load_checkpoint(path)
+            ckpt.load_trainable(self.policy, parts["policy"])
+            self.optimizer.load_state_dict(parts["optimizer"])
         self.scheduler.load_state_dict(parts["scheduler"])
         if self.critic is not None:
             assert self.critic_optimizer is not None and self.critic_scheduler is not None
-            ckpt.load_trainable(self.critic, parts["critic"])
-            self.critic_optimizer.load_state_dict(parts["critic_optimizer"])
+            if not self.dist.sharded:
+                ckpt.load_trainable(self.critic, parts["critic"])
+                self.critic_optimizer.load_state_dict(parts["critic_optimizer"])
             self.critic_scheduler.load_state_dict(parts["critic_scheduler"])
         trainer = parts["trainer"]
         self.step_count = trainer["step"]
         self.sampler.load_state(trainer["sampler"])
-        ckpt.restore_rng(trainer["rng"])
+        if not self.dist.sharded:  # sharded: each rank restored its own RNG state
+            ckpt.restore_rng(trainer["rng"])

@@ -29,9 +29,10 @@ from rich.progress import (
 )
 
 from searchrl.config.loading import to_dict
-from searchrl.config.train import SFTConfig, TrainConfig
+from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
 from searchrl.reward.outcome import make_reward
 from searchrl.train import checkpoint as ckpt
+from searchrl.train import fsdp
 from searchrl.train.environment import (
     build_environment,
     export_model,
@@ -64,8 +65,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def setup_distributed() -> Distributed:
-    """One process, or this rank of an `accelerate launch` (DDP; gloo on CPU, NCCL on GPU)."""
+def setup_distributed(policy: PolicyConfig | None = None) -> Distributed:
+    """One process, or this rank of an `accelerate launch` (gloo on CPU, NCCL on GPU): DDP,
+    or FSDP when `policy.strategy` says so (torch's `fully_shard`, see `train.fsdp`)."""
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -78,6 +80,16 @@ def setup_distributed() -> Distributed:
         torch.distributed.all_reduce(tensor, op=ops[op])
         return int(tensor.item())
 
+    if policy is not None and policy.strategy == "fsdp":
+        offload = policy.fsdp_cpu_offload
+        return Distributed(
+            rank=accelerator.process_index,
+            world_size=accelerator.num_processes,
+            wrap=lambda module: fsdp.shard(module, offload),
+            barrier=accelerator.wait_for_everyone,
+            reduce=reduce,
+            sharded=True,
+        )
     return Distributed(
         rank=accelerator.process_index,
         world_size=accelerator.num_processes,
@@ -116,7 +128,7 @@ def _summary(metrics: dict[str, float]) -> str:
 def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str, float]:
     """Run RL training to `config.steps`; returns the last step's metrics (with the final
     held-out evaluation when `data.eval_size > 0`)."""
-    dist = setup_distributed()
+    dist = setup_distributed(config.policy)
     main = dist.rank == 0
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
@@ -144,10 +156,13 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             writer.truncate_after(trainer.step_count)
     elif main:
         writer.truncate_after(-1)  # a fresh run into an old folder starts a fresh log
-    if latest is None and main and held_out:
+    # Sharded weights are gathered collectively for generation: every rank evaluates then.
+    evaluates = main or dist.sharded
+    if latest is None and evaluates and held_out:
         metrics, trajs = trainer.evaluate(held_out)
-        writer.write(0, metrics)
-        save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+        if main:
+            writer.write(0, metrics)
+            save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
     metrics = {}
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
@@ -156,22 +171,31 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             step = trainer.step_count
             last = step == config.steps
             every = config.eval_every
-            if main and held_out and (last or (every > 0 and step % every == 0)):
+            if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = trainer.evaluate(held_out)
                 metrics.update(val)
-                save_trajectories(out_dir / "trajectories" / f"eval_step_{step}.jsonl", val_trajs)
+                if main:
+                    path = out_dir / "trajectories" / f"eval_step_{step}.jsonl"
+                    save_trajectories(path, val_trajs)
             dist.barrier()
+            saving = last or step % max(config.save_every, 1) == 0
+            if saving and dist.sharded:
+                trainer.save(ckpt_root)  # every rank writes its shard
             if main:
                 writer.write(step, metrics)
                 if config.logging.save_trajectories:
                     save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
-                if last or step % max(config.save_every, 1) == 0:
+                if saving and not dist.sharded:
                     trainer.save(ckpt_root)
             dist.barrier()
             if bar is not None:
                 bar.update(bar.task_ids[0], completed=step, description=_summary(metrics))
     writer.close()
-    if main:
+    if dist.sharded:
+        weights = fsdp.full_state_dict(policy, main)
+        if main:
+            export_model(policy, tokenizer, out_dir / "model", state_dict=weights)
+    elif main:
         export_model(policy, tokenizer, out_dir / "model")
     return metrics
 

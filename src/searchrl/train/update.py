@@ -8,7 +8,7 @@ the gradient is NaN/inf, in which case the update is skipped and counted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +39,8 @@ class Experience:
     ref_logp: Tensor | None = None  # [N, R] when the KL is a loss term
     returns: Tensor | None = None  # [N, R] PPO critic targets
     old_values: Tensor | None = None  # [N, R] PPO
+    tis_weight: Tensor | None = None  # [N, R] truncated IS weights π_old/μ (engine mismatch)
+    mismatch: dict[str, float] = field(default_factory=dict)  # behaviour/* metrics
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def policy_micro_loss(
         old = logp.detach() if settings.on_policy else exp.old_logp[micro, :width].to(device)
         adv = exp.advantages[micro, :width].to(device)  # [m, R']
         pg, clipped = ppo_clip(logp, old, adv, settings.clip_eps)  # [m, R'] each
+        if exp.tis_weight is not None:
+            pg = pg * exp.tis_weight[micro, :width].to(device)
         assert ent is not None
         total = pg - settings.entropy_coef * ent
         stats = {

@@ -33,5 +33,12 @@ def test_write_then_read_gives_identical_trajectories(tokenizer, docs, tmp_path)
     first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     for key in ("id", "question", "golden_answers", "segments", "answer", "searches", "stats"):
         assert key in first
-    assert set(first["segments"][0]) == {"role", "text", "token_ids"}
+    assert set(first["segments"][0]) == {"role", "text", "token_ids", "logprobs"}
+    read = read_trajectories(path)
+    for got, wrote in zip(read, trajs, strict=True):  # log-probs are outside `==`: compare them
+        assert [s.logprobs for s in got.segments] == [s.logprobs for s in wrote.segments]
+    policy = [s for t in read for s in t.segments if s.role == "policy"]
+    env = [s for t in read for s in t.segments if s.role == "env"]
+    assert all(len(s.logprobs or []) == len(s.token_ids) for s in policy)
+    assert all(s.logprobs is None for s in env)
     assert first["metrics"] == {"em": 1.0, "f1": 1.0, "subem": 1.0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from rollout_fakes import DictRetriever, ScriptedBackend
 
 from searchrl.config.rollout import RolloutConfig
@@ -183,3 +184,36 @@ def test_chat_template_switch(tokenizer, docs) -> None:
         chat.prompt.startswith("<|im_start|>") and search_r1_prompt(FRANCE.question) in chat.prompt
     )
     assert tokenizer.decode(chat.prompt_ids) == chat.prompt
+
+
+class _SlowBackend(ScriptedBackend):
+    """Each batched call takes a known wall time, whatever its size."""
+
+    seconds = 0.05
+
+    def generate(self, prompts, params):  # type: ignore[no-untyped-def]
+        import time
+
+        time.sleep(self.seconds)
+        return super().generate(prompts, params)
+
+
+def test_generation_time_is_shared_by_tokens_so_it_sums_to_the_wall_time(tokenizer, docs) -> None:
+    """`stats.generation_s` summed over trajectories is the time spent generating, not the
+    batch's wall time counted once per row: Σ tokens / Σ seconds is the batch throughput."""
+
+    def script(context: str) -> str:
+        return "<answer> Paris </answer>" if "Doc 1(Title:" in context else "<search> q </search>"
+
+    backend = _SlowBackend(tokenizer, script)
+    questions = [Question(f"q{i}", f"Question {i}?", ("Paris",)) for i in range(4)]
+    trajs = run_rollouts(backend, tokenizer, DictRetriever(docs), questions, RolloutConfig())
+    total = sum(t.stats.generation_s for t in trajs)
+    calls = len(backend.calls)
+    assert calls == 2
+    assert calls * _SlowBackend.seconds <= total < calls * _SlowBackend.seconds + 0.5
+    rates = [t.stats.policy_tokens / t.stats.generation_s for t in trajs]
+    assert max(rates) == pytest.approx(min(rates), rel=0.05)  # one call rate for everybody
+    for traj in trajs:
+        for segment in traj.segments:
+            assert (segment.logprobs is not None) == (segment.role == "policy")

@@ -222,3 +222,37 @@ def test_train_layers_freezes_everything_below_the_top_layers() -> None:
     after = weights(trainer)
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed)
+
+
+def test_engine_mismatch_is_corrected_and_logged() -> None:
+    """An int8 engine (the default ct2) samples at another precision: the trainer recomputes
+    the old log-probs even on-policy, weights tokens by min(π_old/μ, C) and logs the gap."""
+    behaviour = -3.0
+
+    def rollout(qs, *, n_samples, seed, greedy):  # type: ignore[no-untyped-def]
+        trajectories = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
+        for traj in trajectories:
+            for segment in traj.segments:
+                if segment.role == "policy":
+                    segment.logprobs = [behaviour] * len(segment.token_ids)
+        return trajectories
+
+    config = tiny_config(batch_size=2, mini_batch_size=2, model={"backend": "ct2"})
+    policy = prepare_policy(tiny_llama(), config.policy)
+    trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
+                      em_reward, questions())  # fmt: skip
+    assert trainer.correct_behaviour and trainer.settings.on_policy
+    trajectories = rollout(trainer.sampler.next_batch(2), n_samples=2, seed=0, greedy=False)
+    exp = trainer._experience(trajectories)
+    assert exp.tis_weight is not None and not torch.equal(
+        exp.old_logp, torch.zeros_like(exp.old_logp)
+    )
+    trained = exp.mask > 0
+    gap = (exp.old_logp - behaviour)[trained]
+    assert exp.mismatch["behaviour/logp_abs_diff_mean"] == pytest.approx(float(gap.abs().mean()))
+    capped = torch.exp(gap).clamp(max=config.algo.tis_cap)
+    assert torch.allclose(exp.tis_weight[trained], capped)
+    metrics, _ = trainer.step()
+    assert {"behaviour/logp_abs_diff_max", "behaviour/capped_share"} <= set(metrics)
+    exact = make_trainer(batch_size=2, mini_batch_size=2, model={"backend": "hf"})
+    assert not exact.correct_behaviour
