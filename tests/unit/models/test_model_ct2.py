@@ -14,6 +14,7 @@ from searchrl.models.ct2_backend import CT2Backend, EngineUnavailable
 from searchrl.models.generation import SamplingParams
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.loading import engine_matches_trainer, generation_backend
+from searchrl.models.precision import cpu_has_fast_bf16
 
 pytest.importorskip("ctranslate2")
 
@@ -153,7 +154,10 @@ def test_auto_backend_falls_back_to_hf_with_a_notice(tokenizer, tiny, monkeypatc
 
 def test_only_int8_and_low_precision_copies_count_as_a_mismatch() -> None:
     assert engine_matches_trainer(ModelConfig(backend="ct2", ct2_compute_type="float32"))
-    assert engine_matches_trainer(ModelConfig(backend="hf"))
+    assert engine_matches_trainer(ModelConfig(backend="hf", generation_dtype="float32"))
+    # training makes a bf16 generation copy where bf16 is native (models.precision)
+    fast = cpu_has_fast_bf16()
+    assert engine_matches_trainer(ModelConfig(backend="hf", device="cpu")) is not fast
     assert not engine_matches_trainer(ModelConfig(backend="ct2"))
     assert not engine_matches_trainer(ModelConfig(backend="hf", generation_dtype="bfloat16"))
     assert not engine_matches_trainer(ModelConfig(backend="vllm"))

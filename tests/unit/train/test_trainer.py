@@ -254,5 +254,7 @@ def test_engine_mismatch_is_corrected_and_logged() -> None:
     assert torch.allclose(exp.tis_weight[trained], capped)
     metrics, _ = trainer.step()
     assert {"behaviour/logp_abs_diff_max", "behaviour/capped_share"} <= set(metrics)
-    exact = make_trainer(batch_size=2, mini_batch_size=2, model={"backend": "hf"})
+    exact = make_trainer(
+        batch_size=2, mini_batch_size=2, model={"backend": "hf", "generation_dtype": "float32"}
+    )
     assert not exact.correct_behaviour
