@@ -35,6 +35,10 @@ def test_fsdp_ranks_agree_and_resume_from_a_sharded_checkpoint(tmp_path: Path) -
     for key in r0["after_one"]:
         assert torch.equal(r0["after_one"][key], r1["after_one"][key]), key
     assert any(not torch.equal(r0["initial"][k], r0["after_one"][k]) for k in r0["initial"])
+    # the CTranslate2 spec built from the sharded module holds the whole, updated weights
+    embeddings = r0["after_one"]["model.embed_tokens.weight"]
+    assert torch.equal(r0["synced_embeddings"], embeddings)
+    assert torch.equal(r1["synced_embeddings"], embeddings)
     # the checkpoint holds one shard file per rank and the step's small parts
     assert {"__0_0.distcp", "__1_0.distcp", "scheduler.pt", "trainer.pt"} <= set(r0["files"])
     for rank in (r0, r1):
