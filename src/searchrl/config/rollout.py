@@ -4,34 +4,39 @@ Protocol"). Defaults are the paper's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from searchrl.config.checks import NonNegativeFloat, NonNegativeInt, PositiveInt, Range
+
+TopP = Annotated[float, Range(gt=0, le=1)]
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
     """Budgets, sampling and prompt settings of the rollout engine."""
 
-    max_turns: int = 4
+    max_turns: NonNegativeInt = 4
     """B: generation rounds in which a search may be executed. One more, final round follows
     in which a search is not executed, so a trajectory makes at most B searches."""
 
-    topk: int = 3
+    topk: PositiveInt = 3
     """Passages retrieved per search query."""
 
-    max_response_tokens: int = 500
+    max_response_tokens: PositiveInt = 500
     """Most tokens the policy may generate in one turn."""
 
-    max_obs_tokens: int = 500
+    max_obs_tokens: PositiveInt = 500
     """Token budget of one `<information>` block; the passages are cut to fit, the closing
     `</information>` is always kept (the original lost it when truncating)."""
 
-    max_total_tokens: int = 4096
+    max_total_tokens: PositiveInt = 4096
     """Cap on prompt + response tokens. The prompt is never cut: the response stops growing
     when the cap is reached and the trajectory ends marked truncated."""
 
-    temperature: float = 1.0
+    temperature: NonNegativeFloat = 1.0
     """Sampling temperature; 0 means greedy decoding."""
 
-    top_p: float = 1.0
+    top_p: TopP = 1.0
     """Nucleus sampling mass; 1.0 disables it."""
 
     stop: tuple[str, ...] = ("</search>", "</answer>")

@@ -10,6 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from searchrl.config.checks import (
+    Fraction,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 from searchrl.config.data import WorldConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
@@ -24,15 +32,15 @@ class PolicyConfig:
     start written by `searchrl sft`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, ~30% more compute."""
-    train_layers: int = 0
+    train_layers: NonNegativeInt = 0
     """0 trains every weight; N > 0 trains only the top N transformer layers and the final
     norm (embeddings, tied LM head and lower layers frozen). The backward pass then stops
     at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers."""
-    lora_rank: int = 0
+    lora_rank: NonNegativeInt = 0
     """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on attention/MLP."""
-    lora_alpha: int = 16
+    lora_alpha: PositiveInt = 16
     """LoRA scaling numerator (scale = alpha / rank)."""
-    torch_threads: int = 0
+    torch_threads: NonNegativeInt = 0
     """CPU threads for torch (0 = torch's default). On a small shared CPU, 1 thread per
     process is ~2.5x faster than 2 (OpenMP threads spin when cores are busy)."""
     strategy: Literal["ddp", "fsdp"] = "ddp"
@@ -60,11 +68,11 @@ class DataConfig:
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
     """Prebuilt BM25 index; empty builds one from the corpus in memory."""
-    train_split: str = "train"
+    train_split: NonEmptyStr = "train"
     """Question split sampled for training."""
-    eval_split: str = "test"
+    eval_split: NonEmptyStr = "test"
     """Held-out split used for `val/test_score/<source>`."""
-    eval_size: int = 32
+    eval_size: NonNegativeInt = 32
     """Held-out questions evaluated (greedy) every `eval_every` steps; 0 disables."""
 
 
@@ -74,32 +82,32 @@ class AlgoConfig:
 
     advantage: Literal["gae", "grpo", "rloo", "reinforce"] = "grpo"
     """`gae` needs a critic (PPO); the others are critic-free."""
-    gamma: float = 1.0
+    gamma: Fraction = 1.0
     """Discount for GAE (paper: 1)."""
-    lam: float = 1.0
+    lam: Fraction = 1.0
     """GAE λ (paper: 1, i.e. advantage = return − value)."""
     scale_by_std: bool = True
     """GRPO: divide the group-centred reward by the group std (off = Dr. GRPO)."""
     whiten_advantages: bool = True
     """GAE: whiten advantages over the batch's trained tokens (verl/Search-R1 PPO does)."""
-    adv_eps: float = 1e-6
+    adv_eps: PositiveFloat = 1e-6
     """Added to the group std so zero-variance groups give 0, not NaN."""
-    clip_eps: float = 0.2
+    clip_eps: PositiveFloat = 0.2
     """PPO ratio clip ε."""
-    value_clip: float = 0.5
+    value_clip: PositiveFloat = 0.5
     """Critic value clip range around the old values."""
-    kl_coef: float = 0.001
+    kl_coef: NonNegativeFloat = 0.001
     """β for the KL to the frozen reference."""
     kl_in_reward: bool = False
     """True: −β·KL is added to token rewards (PPO); False: β·KL is a loss term (GRPO)."""
     kl_estimator: Literal["k1", "k3"] = "k3"
     """KL loss estimator (k3 = Schulman's low-variance one, used by Search-R1 GRPO)."""
-    entropy_coef: float = 0.0
+    entropy_coef: NonNegativeFloat = 0.0
     """Entropy bonus weight (Search-R1: 0, entropy is only logged)."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: groups whose rewards are all equal (zero advantage) are not
     trained on; more prompts are drawn until `batch_size` informative groups exist."""
-    max_sampling_rounds: int = 3
+    max_sampling_rounds: PositiveInt = 3
     """Dynamic sampling: most rollout rounds per step (then train on what was found)."""
     mask_env: bool = True
     """Retrieved-token masking. False reproduces the paper's no-masking ablation."""
@@ -117,15 +125,15 @@ class AlgoConfig:
 class OptimConfig:
     """Optimizers and schedules for policy and critic."""
 
-    lr: float = 1e-6
+    lr: PositiveFloat = 1e-6
     """Policy learning rate."""
-    critic_lr: float = 1e-5
+    critic_lr: PositiveFloat = 1e-5
     """Critic learning rate (PPO)."""
-    warmup_ratio: float = 0.285
+    warmup_ratio: Fraction = 0.285
     """Fraction of steps with linear policy lr warm-up, then constant."""
-    critic_warmup_ratio: float = 0.015
+    critic_warmup_ratio: Fraction = 0.015
     """Fraction of steps with linear critic lr warm-up."""
-    weight_decay: float = 0.01
+    weight_decay: NonNegativeFloat = 0.01
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Max global grad norm (≤ 0 disables clipping)."""
@@ -137,12 +145,12 @@ class RewardConfig:
 
     kind: Literal["em", "f1", "format"] = "em"
     """`em` (paper), `f1`, or Search-R1 v0.3's format-aware EM."""
-    structure_format_score: float = 0.2
+    structure_format_score: Fraction = 0.2
     """Format reward: a well-formed trajectory with a wrong answer earns this; a correct
     answer in a malformed one loses it (1 − this)."""
-    final_format_score: float = 0.1
+    final_format_score: Fraction = 0.1
     """Format reward: a malformed trajectory that still gives an answer."""
-    retrieval_score: float = 0.0
+    retrieval_score: NonNegativeFloat = 0.0
     """Format reward: bonus when a gold answer appears in the retrieved text (v0.3: 0)."""
 
 
@@ -166,23 +174,23 @@ class TrainConfig:
 
     seed: int = 0
     """Seeds sampling, rollouts and initialisation (CPU runs are bit-reproducible)."""
-    steps: int = 500
+    steps: PositiveInt = 500
     """Optimizer steps (each on a fresh batch of rollouts)."""
-    batch_size: int = 512
+    batch_size: PositiveInt = 512
     """Prompts per step."""
-    n_samples: int = 5
+    n_samples: PositiveInt = 5
     """Trajectories per prompt (the GRPO group size G)."""
-    mini_batch_size: int = 256
+    mini_batch_size: PositiveInt = 256
     """Prompts per policy update (batch_size / mini_batch_size updates per epoch)."""
-    micro_batch_size: int = 8
+    micro_batch_size: PositiveInt = 8
     """Sequences per forward/backward (gradient accumulation fills the mini-batch)."""
-    ppo_epochs: int = 1
+    ppo_epochs: PositiveInt = 1
     """Passes over each step's rollouts."""
-    save_every: int = 100
+    save_every: PositiveInt = 100
     """Checkpoint every N steps (the last step is always saved)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: NonNegativeInt = 2
     """Older checkpoints beyond this many are deleted."""
-    eval_every: int = 0
+    eval_every: NonNegativeInt = 0
     """Greedy held-out evaluation every N steps (0: only before and after training)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -208,23 +216,23 @@ class SFTConfig:
     source: Literal["references", "rejection"] = "references"
     """`references`: the world's reference trajectories; `rejection`: sample with search via
     the rollout engine and keep the correct ones (the paper's rejection-sampling baseline)."""
-    max_examples: int = 300
+    max_examples: PositiveInt = 300
     """Trajectories used (the first N after shuffling)."""
-    epochs: float = 0.65
+    epochs: PositiveFloat = 0.65
     """Passes over the examples (fractional: stop part-way through the last one)."""
-    batch_size: int = 8
+    batch_size: PositiveInt = 8
     """Sequences per optimizer step."""
-    micro_batch_size: int = 4
+    micro_batch_size: PositiveInt = 4
     """Sequences per forward/backward."""
-    lr: float = 1e-4
+    lr: PositiveFloat = 1e-4
     """Peak learning rate."""
-    warmup_ratio: float = 0.05
+    warmup_ratio: Fraction = 0.05
     """Linear warm-up fraction, then linear decay to 0."""
     grad_clip: float = 1.0
     """Max global grad norm."""
     mask_env: bool = True
     """Mask env tokens (retrieved passages) out of the loss, as in RL."""
-    rejection_samples: int = 4
+    rejection_samples: PositiveInt = 4
     """Rejection sampling: trajectories sampled per question."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from searchrl.types import Question
+from searchrl.utils.errors import SearchRLError
 
 HF_COLLECTION = "RUC-NLPIR/FlashRAG_datasets"
 SPLIT_NAMES = ("train", "dev", "test", "validation")
@@ -26,7 +27,7 @@ _QUESTION_IN_PROMPT = re.compile(r"Question: (.*)$", re.DOTALL)
 _MUSIQUE_HOPS = re.compile(r"^(\d)hop")
 
 
-class DataError(ValueError):
+class DataError(SearchRLError, ValueError):
     """A data file or row is malformed; the message names the file and the row."""
 
 

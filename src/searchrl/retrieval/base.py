@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from searchrl.types import Hit
+from searchrl.utils.errors import SearchRLError
 
 
-class RetrievalError(RuntimeError):
+class RetrievalError(SearchRLError, RuntimeError):
     """Raised when a retriever cannot answer (e.g. the remote server failed after retries)."""
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.types import Document
+from searchrl.utils.errors import SearchRLError
 
 
-class CorpusError(ValueError):
+class CorpusError(SearchRLError, ValueError):
     """The corpus file is unreadable or a row breaks the format; the message names file:line."""
 
 
