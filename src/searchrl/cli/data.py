@@ -4,37 +4,27 @@ corpus-coverage statistics and format conversion. Each parses options and calls 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
+from searchrl.cli.common import ForceOption, require_file
 from searchrl.config.data import WorldConfig, world_preset
-from searchrl.config.loading import ConfigError, from_dict, to_dict
+from searchrl.config.loading import from_dict, parse_value, to_dict
 from searchrl.data.benchmarks import BENCHMARKS, DataError
 from searchrl.data.mix import convert
-from searchrl.data.stats import QAStats, file_stats
+from searchrl.data.stats import QAStats, file_stats, load_corpus_index
 from searchrl.data.world import generate_world, write_world
+from searchrl.utils.output import atomic_directory, atomic_path, check_output
+from searchrl.utils.progress import progress_bar
 
 
 def _console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     return Console(width=None if sys.stdout.isatty() else 160)
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Bad files or options end the command with their message, not a traceback."""
-    try:
-        yield
-    except (DataError, ConfigError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from err
 
 
 def world(
@@ -43,6 +33,7 @@ def world(
         int | None, typer.Option(help="Random seed (default: the preset's); same seed, same files.")
     ] = None,
     preset: Annotated[str, typer.Option(help="Size preset: test, demo or large.")] = "demo",
+    force: ForceOption = False,
     overrides: Annotated[
         list[str] | None,
         typer.Argument(help="WorldConfig overrides, e.g. num_entities=2000 same_name_rate=0.2"),
@@ -53,9 +44,14 @@ def world(
     if seed is not None:
         values["seed"] = seed
     values.update(_parse_overrides(overrides or []))
-    with _user_errors():
-        config = from_dict(WorldConfig, values)
-    manifest = write_world(generate_world(config), out)
+    config = from_dict(WorldConfig, values)
+    check_output(out, force=force, kind="directory")
+    try:
+        generated = generate_world(config)
+    except ValueError as err:  # the generator's only refusal: too few questions possible
+        raise DataError(f"cannot generate this world: {err}") from None
+    with atomic_directory(out, force=force) as tmp:
+        manifest = write_world(generated, tmp)
     console = _console()
     console.print(
         f"{manifest['entities']} entities, {manifest['passages']} passages, "
@@ -76,9 +72,9 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     parsed = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r} is not of the form key=value")
-        parsed[key.strip()] = yaml.safe_load(raw)
+        parsed[key.strip()] = parse_value(raw, key.strip())
     return parsed
 
 
@@ -104,12 +100,20 @@ def stats(
     ] = None,
 ) -> None:
     """Sizes, lengths, hop counts and the share of questions whose answer is in the corpus."""
+    for path in files:
+        require_file(path, "QA file")
+    if corpus is not None:
+        require_file(corpus, "corpus file")
     table = Table(title="QA statistics" + (f" (corpus {corpus.name})" if corpus else ""))
     columns = ("file", "rows", "q words", "answers/q", "answer words", "hops")
     for column in (*columns, "substring", "whole word"):
         table.add_column(column, justify="left" if column in ("file", "hops") else "right")
-    with _user_errors():
-        rows = file_stats(files, corpus)
+    index = None
+    if corpus is not None:
+        with progress_bar("reading corpus", corpus.stat().st_size, unit="bytes") as advance:
+            index = load_corpus_index(corpus, advance)
+    with progress_bar("statistics", len(files), unit="files") as advance:
+        rows = file_stats(files, index=index, progress=advance)
     for row in rows:
         table.add_row(*_stats_cells(row))
     _console().print(table)
@@ -136,10 +140,13 @@ def convert_command(
     source: Annotated[
         str | None, typer.Option(help="Source of a JSONL file (default: its name).")
     ] = None,
+    force: ForceOption = False,
 ) -> None:
     """Convert FlashRAG JSONL ↔ Search-R1 training parquet."""
-    with _user_errors():
-        count = convert(src, dst, split, source)
+    require_file(src, "input file")
+    check_output(dst, force=force, kind="file")
+    with atomic_path(dst, force=force) as tmp:
+        count = convert(src, tmp, split, source)
     _console().print(f"{count} questions: {src} → {dst}")
 
 

@@ -1,6 +1,8 @@
 """`searchrl` subcommands for the retrieval stage: `index` (build an index directory from a
-corpus), `search` (query an index or a remote server) and `serve` (the `/retrieve` server).
-Each parses options into a RetrievalConfig and calls one function of `searchrl.retrieval`."""
+corpus), `search` (query an index or a remote server) and `serve` (the `/retrieve` server, over
+one of our index directories or a Search-R1/FlashRAG faiss index). Each parses options into a
+RetrievalConfig and calls one function of `searchrl.retrieval`; errors end in the boundary of
+`searchrl.cli.boundary`."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from searchrl.config import ConfigError, load_config
+from searchrl.cli.common import ForceOption, one_of, require_file
+from searchrl.config import check_config, load_config
 from searchrl.config.retrieval import RetrievalConfig
-from searchrl.retrieval.base import RetrievalError, Retriever
-from searchrl.retrieval.corpus import CorpusError
+from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.index import KINDS, Kind, build_index, load_index
 from searchrl.retrieval.remote import RemoteRetriever
 from searchrl.types import Hit
@@ -34,26 +36,23 @@ def _config(path: Path | None, overrides: list[str] | None) -> RetrievalConfig:
     return load_config(RetrievalConfig, path, overrides or [])
 
 
-def _fail(err: Exception) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {err}")
-    return typer.Exit(code=1)
-
-
 def index(
     kind: Annotated[str, typer.Option("--kind", help=f"One of {', '.join(KINDS)}.")],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus JSONL ({id, contents}).")],
     out: Annotated[Path, typer.Option("--out", help="Index directory to write.")],
     config: ConfigOption = None,
     overrides: SetOption = None,
+    force: ForceOption = False,
 ) -> None:
-    """Build a BM25, dense or hybrid index directory from a corpus file."""
+    """Build a BM25, dense or hybrid index directory from a corpus file.
+
+    The directory is written in full next to the target and renamed into place, so a failed
+    rebuild leaves a working index as it was; a non-empty target needs --force."""
     if kind not in KINDS:
         raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    try:
-        kind_: Kind = kind  # type: ignore[assignment]
-        build_index(kind_, corpus, out, _config(config, overrides))
-    except (RetrievalError, CorpusError, ConfigError) as err:
-        raise _fail(err) from None
+    settings = _config(config, overrides)
+    kind_: Kind = kind  # type: ignore[assignment]
+    build_index(kind_, require_file(corpus, "corpus file"), out, settings, force=force)
 
 
 def _print_results(queries: list[str], results: list[list[Hit]]) -> None:
@@ -85,41 +84,70 @@ def search(
     overrides: SetOption = None,
 ) -> None:
     """Search an index directory (or a remote server) and print the ranked passages."""
-    if (index_dir is None) == (url is None):
-        raise typer.BadParameter("give exactly one of --index DIR or --url URL")
-    try:
-        settings = _config(config, overrides)
-        retriever: Retriever
-        if url is not None:
-            retriever = RemoteRetriever(replace(settings.remote, url=url))
-        else:
-            assert index_dir is not None
-            retriever = load_index(index_dir, config=settings)
-        results = retriever.search(queries, k)
-    except (RetrievalError, CorpusError, ConfigError) as err:
-        raise _fail(err) from None
-    _print_results(queries, results)
+    one_of(index_dir, url)
+    settings = _config(config, overrides)
+    retriever: Retriever
+    if url is not None:
+        retriever = RemoteRetriever(replace(settings.remote, url=url))
+    else:
+        assert index_dir is not None
+        retriever = load_index(index_dir, config=settings)
+    _print_results(queries, retriever.search(queries, k))
 
 
 def serve(
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory to serve.")],
+    index_dir: Annotated[
+        Path | None, typer.Option("--index", help="Index directory to serve.")
+    ] = None,
+    faiss_index: Annotated[
+        Path | None,
+        typer.Option(
+            "--faiss-index", help="Or: a faiss index built by Search-R1/FlashRAG (e5_Flat.index)."
+        ),
+    ] = None,
+    corpus: Annotated[
+        Path | None,
+        typer.Option("--corpus", help="With --faiss-index: its JSONL corpus (wiki-18.jsonl)."),
+    ] = None,
+    encoder: Annotated[
+        str | None,
+        typer.Option(
+            "--encoder", help="With --faiss-index: the encoder that built it (intfloat/e5-base-v2)."
+        ),
+    ] = None,
     host: Annotated[
         str | None, typer.Option(help="Bind address (default 127.0.0.1: loopback only).")
     ] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port (default 8000).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="TCP port (default 8000).")
+    ] = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
 ) -> None:
     """Serve an index over HTTP with the Search-R1 `POST /retrieve` contract."""
-    from searchrl.retrieval.server import serve as run_server
+    from searchrl.retrieval.server import serve as serve_index
+    from searchrl.retrieval.server import serve_faiss
 
-    extra = [f"server.host={host}"] if host is not None else []
-    extra += [f"server.port={port}"] if port is not None else []
+    external = (faiss_index, corpus, encoder)
+    if index_dir is not None and any(v is not None for v in external):
+        raise typer.BadParameter("give --index DIR, or --faiss-index with --corpus and --encoder")
+    if index_dir is None and any(v is None for v in external):
+        raise typer.BadParameter("give --index DIR, or all of --faiss-index, --corpus, --encoder")
+    settings = _config(config, overrides)
+    server = replace(
+        settings.server,
+        host=settings.server.host if host is None else host,
+        port=settings.server.port if port is None else port,
+    )
+    dense = replace(settings.dense, encoder=encoder) if encoder is not None else settings.dense
+    settings = replace(settings, server=server, dense=dense)
+    check_config(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    try:
-        run_server(index_dir, _config(config, [*(overrides or []), *extra]))
-    except (RetrievalError, ConfigError) as err:
-        raise _fail(err) from None
+    if index_dir is not None:
+        serve_index(index_dir, settings)
+    else:
+        assert faiss_index is not None and corpus is not None
+        serve_faiss(faiss_index, corpus, settings)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,5 @@
-"""`searchrl train` (PPO / GRPO) and `searchrl sft`: parse the preset and overrides, call one
-function in `searchrl.train.run`."""
+"""`searchrl train` (PPO / GRPO) and `searchrl sft`: parse the preset and overrides, check the
+paths they name and the run folder, then call one function in `searchrl.train.run`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
+from searchrl.cli.common import ForceOption, require_dir
 from searchrl.config.loading import load_config
-from searchrl.config.train import SFTConfig, TrainConfig
+from searchrl.config.train import DataConfig, PolicyConfig, SFTConfig, TrainConfig
+from searchrl.utils.output import check_output
 
 PRESETS_DIR = Path(__file__).resolve().parents[3] / "configs"
 
@@ -27,7 +29,18 @@ def resolve_preset(name: str) -> Path:
     for candidate in (Path(name), Path("configs") / f"{name}.yaml", PRESETS_DIR / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
-    raise typer.BadParameter(f"no config file or preset named {name!r}")
+    known = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    raise typer.BadParameter(f"no config file or preset named {name!r} (presets: {known})")
+
+
+def check_sources(data: DataConfig, policy: PolicyConfig) -> None:
+    """The directories a config points at must exist before minutes of model loading."""
+    if data.world_dir:
+        require_dir(Path(data.world_dir), "data.world_dir")
+    if data.index_dir:
+        require_dir(Path(data.index_dir), "data.index_dir")
+    if policy.init_checkpoint:
+        require_dir(Path(policy.init_checkpoint), "policy.init_checkpoint")
 
 
 def train(
@@ -36,22 +49,33 @@ def train(
     resume: Annotated[
         bool, typer.Option(help="Continue from the last checkpoint in --out.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Start a fresh run in a non-empty --out folder.")
+    ] = False,
     overrides: Overrides = None,
 ) -> None:
     """RL training (Search-R1 PPO or GRPO) with retrieved-token masking."""
+    settings = load_config(TrainConfig, resolve_preset(config), overrides or [])
+    check_sources(settings.data, settings.policy)
+    check_output(out, force=force or resume, kind="directory")
+    from searchrl.train.checkpoint import latest_checkpoint
     from searchrl.train.run import train as run_train
 
-    settings = load_config(TrainConfig, resolve_preset(config), overrides or [])
+    if resume and latest_checkpoint(out / "checkpoints") is None:
+        typer.echo(f"note: no checkpoint in {out / 'checkpoints'}; starting at step 0", err=True)
     metrics = run_train(settings, out, resume=resume)
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("val/", "critic/score"))}
     typer.echo(f"done: {out} {shown}")
 
 
-def sft(config: ConfigOption, out: OutOption, overrides: Overrides = None) -> None:
+def sft(config: ConfigOption, out: OutOption, force: ForceOption = False,
+        overrides: Overrides = None) -> None:  # fmt: skip
     """Supervised warm start on reference (or rejection-sampled) trajectories."""
+    settings = load_config(SFTConfig, resolve_preset(config), overrides or [])
+    check_sources(settings.data, settings.policy)
+    check_output(out, force=force, kind="directory")
     from searchrl.train.run import sft as run_sft
 
-    settings = load_config(SFTConfig, resolve_preset(config), overrides or [])
     result = run_sft(settings, out)
     typer.echo(f"done: {out / 'model'} { ({k: round(v, 4) for k, v in result.items()}) }")
 

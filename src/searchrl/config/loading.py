@@ -30,7 +30,7 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return from_dict(annotation, value, prefix=f"{key}.")
+        return _build(annotation, value, f"{key}.")
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -78,9 +78,7 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """Build `cls` from a nested dict; unknown keys are an error, missing keys take defaults.
-    The finished top-level config (`prefix` empty) has every field's range checked."""
+def _build(cls: type[T], data: Any, prefix: str) -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -91,9 +89,15 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         hint = f"; did you mean {prefix}{close[0]}?" if close else ""
         raise ConfigError(f"unknown config key(s) {', '.join(prefix + u for u in unknown)}{hint}")
     kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
-    config = cls(**kwargs)
-    if not prefix:
-        check_config(config)
+    return cls(**kwargs)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build `cls` from a nested dict; unknown keys are an error, missing keys take defaults.
+    Then every field's range is checked (`check_config`); `prefix` (e.g. `"rollout."`) is put
+    in front of the key in every message."""
+    config = _build(cls, data, prefix)
+    check_config(config, prefix)
     return config
 
 

@@ -129,12 +129,16 @@ class ServerConfig:
     """topk when a request omits it (Search-R1's default)."""
     max_topk: PositiveInt = 100
     """Largest topk accepted; bigger requests get a 422."""
-    max_queries: PositiveInt = 512
-    """Most queries in one request (a rollout batch sends one query per active trajectory)."""
+    max_queries: PositiveInt = 8192
+    """Most queries in one request. Search-R1's client posts every query of a rollout step in
+    one request (512 prompts × 5 samples = 2,560 at the paper's batch size); the server works
+    through a big request `max_batch_queries` at a time, so this bounds the request, not the
+    memory of one search."""
     max_query_chars: PositiveInt = 2000
     """Longest query accepted, in characters."""
-    max_body_bytes: PositiveInt = 4 * 1024 * 1024
-    """Largest request body read; larger ones get a 413 before any parsing."""
+    max_body_bytes: PositiveInt = 32 * 1024 * 1024
+    """Largest request body read; larger ones get a 413 before any parsing (8,192 queries
+    of 2,000 ASCII characters fit)."""
     batch_window_ms: NonNegativeFloat = 0.0
     """How long the micro-batcher waits for more requests before one batched search call.
     0 = no wait: requests that arrive while a search runs still form the next batch, and a

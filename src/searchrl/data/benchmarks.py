@@ -74,10 +74,13 @@ def infer_source(path: Path) -> str:
     return path.parent.name if path.stem in SPLIT_NAMES else path.stem
 
 
-def _hops(source: str, qid: str, row: dict[str, Any]) -> int | None:
+def _hops(source: str, qid: str, row: dict[str, Any], where: str) -> int | None:
     """Hop count when the data states it (a `hops` field, or MuSiQue's `3hop1__…` ids)."""
-    if row.get("hops") is not None:
-        return int(row["hops"])
+    hops = row.get("hops")
+    if hops is not None:
+        if isinstance(hops, bool) or not isinstance(hops, (int, str)) or not str(hops).isdigit():
+            raise DataError(f"{where}: 'hops' must be a whole number, got {hops!r}")
+        return int(hops)
     match = _MUSIQUE_HOPS.match(qid) if source == "musique" else None
     return int(match.group(1)) if match else None
 
@@ -103,18 +106,20 @@ def question_from_row(row: Any, source: str, where: str) -> Question:
         question=text,
         golden_answers=tuple(golds),
         source=source,
-        hops=_hops(source, str(qid), row),
+        hops=_hops(source, str(qid), row, where),
         metadata=metadata,
     )
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
-                yield number, json.loads(line)
+                yield number, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}: row {number}: not UTF-8 text ({err.reason})") from err
             except json.JSONDecodeError as err:
                 raise DataError(f"{path}: row {number}: invalid JSON ({err.msg})") from err
 

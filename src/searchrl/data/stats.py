@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,17 +28,24 @@ class QAStats:
     whole_word: float | None = None
 
 
-def load_corpus_index(path: str | Path) -> CorpusIndex:
-    """Index a corpus JSONL (`{"id", "contents"}` per line) for answer lookups."""
+def load_corpus_index(
+    path: str | Path, progress: Callable[[int], None] | None = None
+) -> CorpusIndex:
+    """Index a corpus JSONL (`{"id", "contents"}` per line) for answer lookups; `progress`
+    hears the bytes read so far (a wiki-sized corpus takes minutes)."""
     path = Path(path)
+    if not path.is_file():
+        raise DataError(f"corpus file not found: {path}")
     texts = []
-    with path.open(encoding="utf-8") as f:
+    with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
+            if progress is not None:
+                progress(len(line))
             if not line.strip():
                 continue
             try:
                 texts.append(json.loads(line)["contents"])
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
                 raise DataError(f"{path}: row {number}: not a corpus row ({err})") from err
     return CorpusIndex(texts)
 
@@ -75,7 +82,20 @@ def qa_stats(name: str, questions: Sequence[Question], index: CorpusIndex | None
     )
 
 
-def file_stats(paths: Sequence[str | Path], corpus: str | Path | None = None) -> list[QAStats]:
-    """Statistics of each QA file, with corpus coverage when `corpus` is given."""
-    index = load_corpus_index(corpus) if corpus is not None else None
-    return [qa_stats(Path(p).stem, load_questions(p), index) for p in paths]
+def file_stats(
+    paths: Sequence[str | Path],
+    corpus: str | Path | None = None,
+    *,
+    index: CorpusIndex | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[QAStats]:
+    """Statistics of each QA file, with corpus coverage when `corpus` (or an already built
+    `index`) is given; `progress` hears each finished file."""
+    if index is None and corpus is not None:
+        index = load_corpus_index(corpus)
+    results = []
+    for p in paths:
+        results.append(qa_stats(Path(p).stem, load_questions(p), index))
+        if progress is not None:
+            progress(1)
+    return results

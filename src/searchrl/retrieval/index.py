@@ -4,6 +4,10 @@ An index directory holds `manifest.json`, the passages (`documents.jsonl` + offs
 retriever's own files; a hybrid directory holds two complete sub-indexes, `first/` (BM25) and
 `second/` (dense). `load_index` dispatches on the manifest kind, so every consumer (server,
 rollout, evaluation) opens any index the same way.
+
+A build writes into a hidden temporary directory next to the target and renames it into place
+only when complete, so a failed or killed rebuild leaves a working index untouched; an existing
+non-empty target is replaced only with `force`.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from searchrl.config import from_dict
 from searchrl.config.retrieval import HybridConfig, RetrievalConfig
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.retrieval.bm25 import BM25Retriever
-from searchrl.retrieval.corpus import CorpusReader, fingerprint_file
+from searchrl.retrieval.corpus import CorpusError, CorpusReader, fingerprint_file
 from searchrl.retrieval.dense import DenseRetriever
 from searchrl.retrieval.hybrid import HybridRetriever
-from searchrl.retrieval.manifest import MANIFEST_FILE, CorpusInfo, read_manifest, write_manifest
+from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
 from searchrl.retrieval.store import DocumentStore, write_store
+from searchrl.utils.output import atomic_directory, check_output
 
 Kind = Literal["bm25", "dense", "hybrid"]
 KINDS: tuple[Kind, ...] = ("bm25", "dense", "hybrid")
@@ -98,7 +103,6 @@ def _directory_bytes(directory: Path) -> int:
 def _build_single(
     kind: Kind, corpus_path: Path, out: Path, config: RetrievalConfig, console: Console
 ) -> None:
-    (out / MANIFEST_FILE).unlink(missing_ok=True)
     reader = CorpusReader(corpus_path)
     with console.status(f"reading {corpus_path}"):
         rows = write_store(reader, out)
@@ -129,29 +133,35 @@ def build_index(
     out_dir: str | Path,
     config: RetrievalConfig | None = None,
     console: Console | None = None,
+    *,
+    force: bool = False,
 ) -> Path:
-    """Build a `kind` index of the corpus file into `out_dir` (created; an old index there is
-    replaced), showing progress and printing build time, throughput and size."""
+    """Build a `kind` index of the corpus file into `out_dir`, showing progress and printing
+    build time, throughput and size. The target must be absent or empty unless `force`; it
+    changes only when the build has finished (see the module docstring)."""
     if kind not in KINDS:
         raise RetrievalError(f"unknown index kind {kind!r}; expected one of {list(KINDS)}")
     config = config or RetrievalConfig()
     console = console or Console(stderr=True)
     corpus_path, out = Path(corpus_path), Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not corpus_path.is_file():
+        raise CorpusError(f"corpus file not found: {corpus_path}")
+    check_output(out, force=force, kind="directory")
     started = time.perf_counter()
-    if kind == "hybrid":
-        (out / MANIFEST_FILE).unlink(missing_ok=True)
-        for name, part in HYBRID_PARTS:
-            _build_single(part, corpus_path, out / name, config, console)
-        first = read_manifest(out / HYBRID_PARTS[0][0])
-        second = read_manifest(out / HYBRID_PARTS[1][0])
-        write_manifest(out, "hybrid", first.corpus, asdict(config.hybrid), second.encoder)
-    else:
-        _build_single(kind, corpus_path, out, config, console)
+    with atomic_directory(out, force=force) as tmp:
+        if kind == "hybrid":
+            for name, part in HYBRID_PARTS:
+                _build_single(part, corpus_path, tmp / name, config, console)
+            first = read_manifest(tmp / HYBRID_PARTS[0][0])
+            second = read_manifest(tmp / HYBRID_PARTS[1][0])
+            write_manifest(tmp, "hybrid", first.corpus, asdict(config.hybrid), second.encoder)
+        else:
+            _build_single(kind, corpus_path, tmp, config, console)
+        rows = read_manifest(tmp).corpus.rows
+        size = _directory_bytes(tmp)
     elapsed = time.perf_counter() - started
-    rows = read_manifest(out).corpus.rows
     console.print(
         f"built {kind} index of {rows:,} passages in {elapsed:.1f} s "
-        f"({rows / elapsed:,.0f} passages/s), {_directory_bytes(out) / 1e6:.1f} MB at {out}"
+        f"({rows / elapsed:,.0f} passages/s), {size / 1e6:.1f} MB at {out}"
     )
     return out

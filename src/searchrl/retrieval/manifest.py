@@ -27,8 +27,11 @@ class CorpusInfo:
 
     @classmethod
     def of(cls, fingerprint: CorpusFingerprint, path: str | Path | None = None) -> CorpusInfo:
-        """Combine a fingerprint with where it came from."""
-        return cls(fingerprint.sha256, fingerprint.rows, None if path is None else str(path))
+        """Combine a fingerprint with where it came from. The path is stored absolute, so the
+        manifest means the same file whatever directory it is read from; the sha256 names the
+        content wherever the file moves."""
+        where = None if path is None else str(Path(path).resolve())
+        return cls(fingerprint.sha256, fingerprint.rows, where)
 
 
 @dataclass(frozen=True)

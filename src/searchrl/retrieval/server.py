@@ -10,18 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    create_model,
+)
 
 from searchrl.config.retrieval import RetrievalConfig, ServerConfig
-from searchrl.retrieval.base import Retriever
+from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.retrieval.manifest import read_manifest
 from searchrl.retrieval.microbatch import MicroBatcher, RequestStats
 from searchrl.types import Hit
@@ -61,43 +68,92 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, bool]:
-    """Validate a `/retrieve` body; every failure names the field and the rule it broke."""
+def request_model(config: ServerConfig) -> type[BaseModel]:
+    """The pydantic model of a `/retrieve` body under this server's limits; it validates
+    every request and is the request schema `/openapi.json` publishes."""
+    query = Annotated[str, StringConstraints(max_length=config.max_query_chars, strict=True)]
+    return create_model(
+        "RetrieveRequest",
+        __config__=ConfigDict(extra="ignore"),
+        queries=(
+            list[query],
+            Field(max_length=config.max_queries, description="One search per string."),
+        ),
+        topk=(
+            int | None,
+            Field(
+                default=None,
+                ge=1,
+                le=config.max_topk,
+                strict=True,
+                description=f"Passages per query (default {config.default_topk}).",
+            ),
+        ),
+        return_scores=(
+            bool,
+            Field(default=False, strict=True, description="Add each passage's score."),
+        ),
+    )
+
+
+class RetrievedDocument(BaseModel):
+    """One passage as Search-R1 returns it (`contents` = `"Title"\ntext`)."""
+
+    id: str
+    contents: str
+
+
+class RetrievedItem(BaseModel):
+    """One hit; `score` only when the request asked for scores."""
+
+    document: RetrievedDocument
+    score: float | None = None
+
+
+class RetrieveResponse(BaseModel):
+    """One ranked list per query, in request order."""
+
+    result: list[list[RetrievedItem]]
+
+
+def _message(error: dict[str, Any], config: ServerConfig) -> str:
+    """One pydantic error as the sentence a client sees (naming the field and the rule)."""
+    loc, kind, value = error["loc"], error["type"], error.get("input")
+    if not loc:
+        return "request body must be a JSON object with a 'queries' list"
+    field = loc[0]
+    if field == "queries" and kind == "too_long" and len(loc) == 1:
+        return f"{len(value)} queries in one request; the limit is {config.max_queries}"
+    if field == "queries" and kind == "string_too_long":
+        return (
+            f"queries[{loc[1]}] has {len(value)} characters; the limit is {config.max_query_chars}"
+        )
+    if field == "queries":
+        return "'queries' is required and must be a list of strings"
+    if field == "topk":
+        return f"'topk' must be an integer from 1 to {config.max_topk}, got {value!r}"
+    return f"'{field}' must be true or false, got {value!r}"
+
+
+def parse_request(
+    body: bytes, model: type[BaseModel], config: ServerConfig
+) -> tuple[list[str], int, bool]:
+    """Validate a `/retrieve` body with `model`; every failure names the field and the rule
+    it broke (400 for a body that is not JSON, 422 for JSON that breaks the schema)."""
     try:
-        text = body.decode("utf-8")
+        body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadRequest(400, f"request body is not valid UTF-8 (byte {err.start})") from None
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BadRequest(
-            400, f"request body is not valid JSON: {err.msg} (line {err.lineno}, col {err.colno})"
-        ) from None
-    if not isinstance(payload, dict):
-        raise BadRequest(422, "request body must be a JSON object with a 'queries' list")
-    queries = payload.get("queries")
-    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-        raise BadRequest(422, "'queries' is required and must be a list of strings")
-    if len(queries) > config.max_queries:
-        raise BadRequest(
-            422, f"{len(queries)} queries in one request; the limit is {config.max_queries}"
-        )
-    for i, query in enumerate(queries):
-        if len(query) > config.max_query_chars:
-            raise BadRequest(
-                422,
-                f"queries[{i}] has {len(query)} characters; the limit is {config.max_query_chars}",
-            )
-    topk = payload.get("topk")
-    topk = config.default_topk if topk is None else topk
-    if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= config.max_topk:
-        raise BadRequest(
-            422, f"'topk' must be an integer from 1 to {config.max_topk}, got {topk!r}"
-        )
-    return_scores = payload.get("return_scores", False)
-    if not isinstance(return_scores, bool):
-        raise BadRequest(422, f"'return_scores' must be true or false, got {return_scores!r}")
-    return queries, topk, return_scores
+        request = model.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            reason = first.get("ctx", {}).get("error", first["msg"])
+            raise BadRequest(400, f"request body is not valid JSON: {reason}") from None
+        raise BadRequest(422, _message(first, config)) from None
+    topk = config.default_topk if request.topk is None else request.topk  # type: ignore[attr-defined]
+    return request.queries, topk, request.return_scores  # type: ignore[attr-defined]
 
 
 def render(results: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
@@ -112,6 +168,19 @@ def render(results: list[list[Hit]], return_scores: bool) -> dict[str, Any]:
         return entry
 
     return {"result": [[item(hit) for hit in hits] for hits in results]}
+
+
+async def _search_in_parts(
+    batcher: MicroBatcher, queries: list[str], topk: int, config: ServerConfig
+) -> list[list[Hit]]:
+    """Search a large request (Search-R1 posts a whole rollout step, 512 prompts × 5 samples)
+    `max_batch_queries` at a time, so one request never holds more than that many queries'
+    encodings and hits in flight, and other requests get their turn in between."""
+    step = config.max_batch_queries
+    results: list[list[Hit]] = []
+    for start in range(0, len(queries), step):
+        results += await batcher.search(queries[start : start + step], topk)
+    return results
 
 
 def _lifespan(
@@ -162,15 +231,24 @@ def create_app(
     async def stats() -> dict[str, Any]:
         return state.stats.summary()
 
-    @app.post("/retrieve")
-    async def retrieve(request: Request) -> JSONResponse:
+    model = request_model(state.config)
+    schema = {"application/json": {"schema": model.model_json_schema()}}
+
+    @app.post(
+        "/retrieve",
+        response_model=None,
+        responses={200: {"model": RetrieveResponse, "description": "Ranked passages"}},
+        openapi_extra={"requestBody": {"required": True, "content": schema}},
+    )
+    async def retrieve(request: Request) -> Response:
+        """Search-R1's endpoint: top-k passages for each query of the batch."""
         with state.stats.timed() as record:
             try:
                 if state.batcher is None:
                     raise BadRequest(503, state.load_error or "the index is still loading")
                 body = await _read_body(request, state.config.max_body_bytes)
-                queries, topk, return_scores = parse_request(body, state.config)
-                results = await state.batcher.search(queries, topk)
+                queries, topk, return_scores = parse_request(body, model, state.config)
+                results = await _search_in_parts(state.batcher, queries, topk, state.config)
             except BadRequest as err:
                 record(err.status, 0)
                 return JSONResponse({"detail": err.message}, status_code=err.status)
@@ -188,16 +266,34 @@ def create_app(
     return app
 
 
+def _run(loader: Callable[[], Retriever], config: RetrievalConfig) -> None:
+    import uvicorn
+
+    app = create_app(loader, config.server)
+    uvicorn.run(
+        app, host=config.server.host, port=config.server.port, log_level="info", access_log=False
+    )
+
+
 def serve(index_dir: str | Path, config: RetrievalConfig | None = None) -> None:
     """Serve an index directory with uvicorn until interrupted. The manifest is checked before
     binding, so a wrong path fails at once rather than as a 503 later."""
-    import uvicorn
-
     from searchrl.retrieval.index import load_index
 
     config = config or RetrievalConfig()
     read_manifest(index_dir)
-    app = create_app(lambda: load_index(index_dir, config=config), config.server)
-    uvicorn.run(
-        app, host=config.server.host, port=config.server.port, log_level="info", access_log=False
-    )
+    _run(lambda: load_index(index_dir, config=config), config)
+
+
+def serve_faiss(
+    faiss_index: str | Path, corpus: str | Path, config: RetrievalConfig | None = None
+) -> None:
+    """Serve a faiss index built by Search-R1 or FlashRAG and its JSONL corpus as they are,
+    encoding queries with `config.dense.encoder` (see `retrieval.external`)."""
+    from searchrl.retrieval.external import open_faiss_index
+
+    config = config or RetrievalConfig()
+    for path, what in ((faiss_index, "faiss index file"), (corpus, "corpus file")):
+        if not Path(path).is_file():
+            raise RetrievalError(f"{what} not found: {path}")
+    _run(lambda: open_faiss_index(faiss_index, corpus, config.dense), config)

@@ -4,7 +4,7 @@ engine, roll out a question file into a trajectory file, and summarize trajector
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from searchrl.retrieval import RemoteRetriever, Retriever, load_index
 from searchrl.rollout.io import write_trajectories
 from searchrl.rollout.loop import Observer, run_rollouts
 from searchrl.types import Question, Trajectory
+from searchrl.utils.output import atomic_path
 
 
 def open_retriever(index: Path | None, url: str | None) -> Retriever:
@@ -91,19 +92,32 @@ def rollout_to_file(
     *,
     n_samples: int,
     seed: int,
+    force: bool = False,
+    chunk: int = 0,
+    progress: Callable[[int], None] | None = None,
 ) -> Summary:
-    """Roll out every question `n_samples` times, write the trajectory file, summarize."""
+    """Roll out every question `n_samples` times, `chunk` questions at a time (0: all at
+    once), reporting each finished chunk's question count to `progress`; then write the
+    trajectory file atomically (an existing `out` is replaced only with `force`) and
+    summarize. Per-trajectory seeds make the result independent of the chunking."""
     started = time.perf_counter()
-    trajectories = run_rollouts(
-        policy.backend,
-        policy.tokenizer,
-        retriever,
-        questions,
-        config,
-        n_samples=n_samples,
-        seed=seed,
-    )
-    write_trajectories(out, trajectories)
+    step = chunk if chunk > 0 else max(len(questions), 1)
+    trajectories: list[Trajectory] = []
+    for start in range(0, len(questions), step):
+        part = questions[start : start + step]
+        trajectories += run_rollouts(
+            policy.backend,
+            policy.tokenizer,
+            retriever,
+            part,
+            config,
+            n_samples=n_samples,
+            seed=seed,
+        )
+        if progress is not None:
+            progress(len(part))
+    with atomic_path(out, force=force) as tmp:
+        write_trajectories(tmp, trajectories)
     return summarize(trajectories, time.perf_counter() - started)
 
 

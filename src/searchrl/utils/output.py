@@ -19,6 +19,7 @@ the next time the same target is written, so repeated kills do not fill the disk
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -88,6 +89,25 @@ def remove_stale_temporaries(target: Path) -> None:
                 stale.unlink(missing_ok=True)
 
 
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                          errno.EFBIG, errno.ENOENT, errno.ENOTDIR})  # fmt: skip
+
+
+@contextlib.contextmanager
+def _explained(target: Path) -> Iterator[None]:
+    """An OSError from writing (disk full, read-only, vanished directory) becomes one
+    OutputError that names the target, not the hidden temporary, and says it is unchanged."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in WRITE_ERRORS:
+            raise
+        reason = "no space left on device" if err.errno == errno.ENOSPC else err.strerror
+        raise OutputError(
+            f"cannot write {target}: {reason}; it was left as it was before this command"
+        ) from err
+
+
 def _prepare(target: Path, force: bool, kind: Kind) -> None:
     check_output(target, force=force, kind=kind)
     try:
@@ -103,9 +123,10 @@ def atomic_directory(path: str | Path, *, force: bool = False) -> Iterator[Path]
     target = Path(path)
     _prepare(target, force, "directory")
     tmp = _temporary_name(target)
-    tmp.mkdir()
     try:
-        yield tmp
+        with _explained(target):
+            tmp.mkdir()
+            yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -132,10 +153,10 @@ def atomic_path(path: str | Path, *, force: bool = False) -> Iterator[Path]:
     _prepare(target, force, "file")
     tmp = _temporary_name(target)
     try:
-        yield tmp
-        if not tmp.is_file():
-            raise OutputError(f"nothing was written to {target}")
-        os.replace(tmp, target)
+        with _explained(target):
+            tmp.touch(exist_ok=False)
+            yield tmp
+            os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -146,7 +167,7 @@ def atomic_file(
 ) -> Iterator[IO[str] | IO[bytes]]:
     """Yield an open handle whose content replaces `path` (flushed to disk) on success."""
     with atomic_path(path, force=force) as tmp:
-        mode = "xb" if binary else "x"
+        mode = "wb" if binary else "w"
         with open(tmp, mode, **({} if binary else {"encoding": "utf-8"})) as handle:
             yield handle
             handle.flush()

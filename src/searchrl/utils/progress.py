@@ -35,8 +35,9 @@ def progress_bar(
     unit: str = "",
 ) -> Iterator[Advance]:
     """A bar `label ━━━━ 12/48 unit 0:00:31 ETA 0:01:40`; yields `advance(n)`. Disabled (tests,
-    non-zero ranks) it yields a no-op and draws nothing."""
-    if not enabled:
+    non-zero ranks) or without a terminal to redraw it in (pipes, logs) it draws nothing."""
+    console = console or Console(stderr=True)
+    if not enabled or not console.is_terminal:
         yield _ignore
         return
     columns = (
@@ -48,7 +49,7 @@ def progress_bar(
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console or Console(stderr=True)) as progress:
+    with Progress(*columns, console=console) as progress:
         task = progress.add_task(label, total=total)
 
         def advance(n: int = 1) -> None:
