@@ -89,6 +89,7 @@ def search(
     retriever: Retriever
     if url is not None:
         retriever = RemoteRetriever(replace(settings.remote, url=url))
+        check_config(retriever.config, "remote.")
     else:
         assert index_dir is not None
         retriever = load_index(index_dir, config=settings)

@@ -20,6 +20,7 @@ from searchrl.cli.common import ForceOption, newest_trained_model, one_of, requi
 from searchrl.cli.generation import token_progress
 from searchrl.config.loading import from_dict, parse_value
 from searchrl.config.model import ModelConfig
+from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.benchmarks import DataError, load_questions
 from searchrl.retrieval.base import Retriever
@@ -110,8 +111,8 @@ def _check_engine(index: Path | None, url: str | None) -> None:
     else:
         from searchrl.retrieval.remote import RemoteRetriever
 
-        assert url is not None
-        with RemoteRetriever(url) as probe:
+        remote = from_dict(RemoteConfig, {"url": url}, prefix="remote.")
+        with RemoteRetriever(remote) as probe:
             probe.search(["probe"], 1)
 
 

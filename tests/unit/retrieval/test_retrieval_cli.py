@@ -7,13 +7,12 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from searchrl.cli.retrieval import register
+from searchrl.cli import app as searchrl_app
 
 
 def app() -> typer.Typer:
-    root = typer.Typer()
-    register(root)
-    return root
+    """The real `searchrl` app, error boundary included."""
+    return searchrl_app
 
 
 def flat(output: str) -> str:
