@@ -121,9 +121,8 @@ def open_faiss_index(
     config = replace(config, index_type=_index_type(index))  # type: ignore[arg-type]
     encoder = load_encoder(config)
     # sentence-transformers 5 renamed the method; older releases only have the first name
-    measure = getattr(encoder, "get_embedding_dimension", None) or getattr(
-        encoder, "get_sentence_embedding_dimension"
-    )
+    named = getattr(encoder, "get_embedding_dimension", None)
+    measure = named or encoder.get_sentence_embedding_dimension
     dim = measure()
     if dim != index.d:
         raise RetrievalError(
