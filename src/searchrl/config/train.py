@@ -20,6 +20,7 @@ from searchrl.config.checks import (
 )
 from searchrl.config.data import WorldConfig
 from searchrl.config.model import ModelConfig
+from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
 
 
@@ -68,6 +69,12 @@ class DataConfig:
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
     """Prebuilt BM25 index; empty builds one from the corpus in memory."""
+    retriever: Literal["bm25", "remote"] = "bm25"
+    """`bm25` searches the world in-process; `remote` sends every search to a Search-R1
+    compatible `/retrieve` server at `remote.url` (e.g. `searchrl serve`), as the paper trains.
+    A search that still fails after the client's retries fails only its trajectories."""
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    """Client settings (URL, per-attempt timeout, retries, backoff) for `retriever: remote`."""
     train_split: NonEmptyStr = "train"
     """Question split sampled for training."""
     eval_split: NonEmptyStr = "test"

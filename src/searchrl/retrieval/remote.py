@@ -1,8 +1,11 @@
 """Client for any server speaking Search-R1's `POST /retrieve` contract (ours or the original).
 
 Search-R1 called its server with no timeout and no retry, so one stalled request froze a whole
-training step. Here every attempt has a timeout, connection errors / timeouts / 5xx are retried
-with exponential backoff, and the last failure raises a RetrievalError naming URL and attempts.
+training step. Here every attempt has a deadline (`timeout_s` for the whole attempt, so a server
+trickling bytes cannot stretch it), connection errors / timeouts / 5xx / unparseable answers are
+retried with exponential backoff, each failed attempt is one warning line in the log, and the
+last failure raises a RetrievalError naming URL and attempts. The longest a request can take is
+therefore `(retries + 1) * timeout_s + backoff_s * (2**retries - 1)`.
 
 Transport: urllib3's connection pool and orjson. A training step makes one request per rollout
 turn, so per-request client cost adds up: on the 2-core machine httpx spent ~1.4 ms of CPU per
@@ -11,6 +14,7 @@ turn, so per-request client cost adds up: on the 2-core machine httpx spent ~1.4
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -27,6 +31,8 @@ from searchrl.retrieval.base import RetrievalError
 from searchrl.retrieval.corpus import document_from_row
 from searchrl.types import Hit
 
+log = logging.getLogger("searchrl.retrieval.remote")
+
 
 class _Retryable(Exception):
     """An attempt failed in a way another attempt may fix."""
@@ -41,7 +47,7 @@ class RemoteRetriever:
             config = RemoteConfig(url=config)
         self.config = config or RemoteConfig()
         self._pool = urllib3.PoolManager(
-            maxsize=4, timeout=urllib3.Timeout(self.config.timeout_s), retries=False
+            maxsize=4, timeout=urllib3.Timeout(total=self.config.timeout_s), retries=False
         )
 
     def close(self) -> None:
@@ -72,17 +78,24 @@ class RemoteRetriever:
     def _request(self, queries: list[str], k: int) -> list[list[Hit]]:
         payload = {"queries": queries, "topk": k, "return_scores": True}
         attempts = self.config.retries + 1
-        last = ""
         for attempt in range(attempts):
-            if attempt:
-                time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
             try:
                 return self._attempt(payload, len(queries))
             except _Retryable as err:
-                last = str(err)
-        raise RetrievalError(
-            f"retrieval server {self.config.url} failed after {attempts} attempt(s): {last}"
-        )
+                if attempt + 1 == attempts:
+                    message = (
+                        f"retrieval server {self.config.url} failed after {attempts} attempt(s): "
+                        f"{err}"
+                    )
+                    log.error("%s", message)
+                    raise RetrievalError(message) from None
+                wait = self.config.backoff_s * 2**attempt
+                log.warning(
+                    "retrieval server %s: attempt %d/%d failed (%s); retrying in %.1f s",
+                    self.config.url, attempt + 1, attempts, err, wait,
+                )  # fmt: skip
+                time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def _attempt(self, payload: dict[str, Any], n_queries: int) -> list[list[Hit]]:
         try:
@@ -124,4 +137,4 @@ class RemoteRetriever:
                 for ranking in result
             ]
         except (ValueError, KeyError, TypeError) as err:
-            raise RetrievalError(f"malformed {where}: {err}") from None
+            raise _Retryable(f"malformed {where}: {err}") from None

@@ -8,6 +8,7 @@ A crash at any point leaves the previous checkpoint intact and `LATEST` pointing
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -17,7 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from searchrl.utils.errors import SearchRLError
+
 LATEST = "LATEST"
+LOW_DISK_BYTES = 64 * 1024 * 1024
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -25,16 +29,33 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"step_{step:06d}"
 
 
+class CheckpointError(SearchRLError):
+    """A checkpoint could not be written (disk full, read-only disk); the previous one is
+    untouched and still named by `LATEST`."""
+
+
 def save_checkpoint(root: Path, step: int, parts: dict[str, Any], keep: int) -> Path:
-    """Write `parts` (name → picklable state) as checkpoint `step`; keep the newest `keep`."""
+    """Write `parts` (name → picklable state) as checkpoint `step`; keep the newest `keep`.
+    If writing fails, the partial copy is deleted (freeing what it took) and a
+    CheckpointError says so in one line."""
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
     tmp = root / f".tmp_{final.name}_{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    for name, state in parts.items():
-        torch.save(state, tmp / f"{name}.pt")
+    try:
+        tmp.mkdir()
+        for name, state in parts.items():
+            torch.save(state, tmp / f"{name}.pt")
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
+        full = _disk_full(err, root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = latest_checkpoint(root)
+        kept = f"{previous.name} is intact" if previous else "there is no earlier checkpoint"
+        reason = "no space left on device" if full else " ".join(str(err).split())
+        raise CheckpointError(
+            f"could not save checkpoint {final.name} in {root}: {reason}; {kept}"
+        ) from err
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -43,6 +64,14 @@ def save_checkpoint(root: Path, step: int, parts: dict[str, Any], keep: int) -> 
     os.replace(pointer, root / LATEST)
     _prune(root, keep)
     return final
+
+
+def _disk_full(err: BaseException, root: Path) -> bool:
+    """torch.save's writer reports a full disk as an opaque RuntimeError ("unexpected pos"),
+    so besides ENOSPC, a failure with under 64 MiB left on the device counts as a full disk."""
+    if getattr(err, "errno", None) == errno.ENOSPC:
+        return True
+    return shutil.disk_usage(root).free < LOW_DISK_BYTES
 
 
 def _complete_steps(root: Path) -> list[Path]:

@@ -32,6 +32,7 @@ from searchrl.rollout.loop import run_rollouts
 from searchrl.train.loop import RolloutFn
 from searchrl.train.models import merged_for_export, prepare_policy
 from searchrl.types import Question
+from searchrl.utils.output import atomic_directory
 
 WORLD_SOURCE = "world"
 
@@ -68,12 +69,17 @@ def prepare_world(data: DataConfig, out_dir: Path) -> Path:
 
 
 def build_environment(data: DataConfig, out_dir: Path) -> Environment:
-    """World files plus a BM25 retriever over its corpus (a prebuilt index when given)."""
+    """World files plus a BM25 retriever over its corpus (a prebuilt index when given), or a
+    client of a remote `/retrieve` server."""
     from searchrl.retrieval.bm25 import BM25Retriever
 
     world_dir = prepare_world(data, out_dir)
-    if data.index_dir:
-        retriever: Retriever = BM25Retriever.load(data.index_dir)
+    if data.retriever == "remote":
+        from searchrl.retrieval.remote import RemoteRetriever
+
+        retriever: Retriever = RemoteRetriever(data.remote)
+    elif data.index_dir:
+        retriever = BM25Retriever.load(data.index_dir)
     else:
         retriever = BM25Retriever.build(read_corpus(world_dir / "corpus.jsonl"))
     return Environment(world_dir=world_dir, retriever=retriever, splits={})
@@ -154,10 +160,12 @@ def export_model(
     policy: nn.Module, tokenizer: object, out: Path, state_dict: dict | None = None
 ) -> None:
     """A plain HF directory (LoRA merged) that `model.name_or_path` / `init_checkpoint` load;
-    `state_dict` gives the whole weights of a sharded (FSDP) policy, gathered beforehand."""
-    out.mkdir(parents=True, exist_ok=True)
-    if state_dict is not None:
-        policy.save_pretrained(out, state_dict=state_dict)  # type: ignore[operator]
-    else:
-        merged_for_export(policy).save_pretrained(out)  # type: ignore[operator]
-    tokenizer.save_pretrained(out)  # type: ignore[attr-defined]
+    `state_dict` gives the whole weights of a sharded (FSDP) policy, gathered beforehand.
+    Written next to `out` and renamed into place, so a kill or a full disk never leaves a
+    half-written model where `chat` or a warm start would load it."""
+    with atomic_directory(out, force=True) as tmp:
+        if state_dict is not None:
+            policy.save_pretrained(tmp, state_dict=state_dict)  # type: ignore[operator]
+        else:
+            merged_for_export(policy).save_pretrained(tmp)  # type: ignore[operator]
+        tokenizer.save_pretrained(tmp)  # type: ignore[attr-defined]
