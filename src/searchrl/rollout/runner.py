@@ -3,12 +3,15 @@ engine, roll out a question file into a trajectory file, and summarize trajector
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from searchrl.config.rollout import RolloutConfig
+from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.models.loading import Policy
 from searchrl.retrieval import RemoteRetriever, Retriever, load_index
 from searchrl.rollout.io import write_trajectories
@@ -25,6 +28,37 @@ def open_retriever(index: Path | None, url: str | None) -> Retriever:
     if url is not None:
         return RemoteRetriever(url)
     return load_index(index)
+
+
+class MeteredBackend:
+    """A generation backend that reports each call's row count (one turn of every active
+    trajectory) to whoever is listening, so a long rollout can drive a progress bar without
+    the rollout engine knowing about bars. Everything else is the wrapped backend's."""
+
+    def __init__(self, backend: GenerationBackend) -> None:
+        self.backend = backend
+        self._listener: Callable[[int], None] | None = None
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
+    ) -> list[Generation]:
+        """Generate with the wrapped backend, then report `len(prompts)` turns done."""
+        outputs = self.backend.generate(prompts, params)
+        if self._listener is not None:
+            self._listener(len(prompts))
+        return outputs
+
+    @contextlib.contextmanager
+    def reporting(self, listener: Callable[[int], None]) -> Iterator[None]:
+        """Send generated-turn counts to `listener` while the block runs."""
+        self._listener = listener
+        try:
+            yield
+        finally:
+            self._listener = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from rich.progress import (
 from searchrl.config.loading import to_dict
 from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
 from searchrl.reward.outcome import make_reward
+from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.environment import (
@@ -50,6 +51,8 @@ from searchrl.train.sft import (
     sft_step_count,
     solved_references,
 )
+from searchrl.types import Question, Trajectory
+from searchrl.utils.progress import progress_bar as progress_bar_eta
 
 
 def set_threads(threads: int) -> None:
@@ -119,6 +122,24 @@ def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[P
         yield progress
 
 
+def evaluate_with_progress(
+    trainer: Trainer,
+    backend: MeteredBackend,
+    questions: list[Question],
+    config: TrainConfig,
+    show: bool,
+) -> tuple[dict[str, float], list[Trajectory]]:
+    """`trainer.evaluate` under a bar of generated turns (the total is the most turns the
+    questions can take, so the bar may jump to the end), since an evaluation of a few dozen
+    questions runs for minutes on a CPU."""
+    turns = len(questions) * (config.rollout.max_turns + 1)
+    with (
+        progress_bar_eta("held-out evaluation", turns, enabled=show, unit="turns") as tick,
+        backend.reporting(tick),
+    ):
+        return trainer.evaluate(questions)
+
+
 def _summary(metrics: dict[str, float]) -> str:
     keys = ("critic/score/mean", "val/em", "env/number_of_valid_search", "timing_s/step")
     return " ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k}={metrics[k]:.3g}"
@@ -139,7 +160,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
-    backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    backend = MeteredBackend(
+        make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    )
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.questions(config.data.train_split)
@@ -156,10 +179,15 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             writer.truncate_after(trainer.step_count)
     elif main:
         writer.truncate_after(-1)  # a fresh run into an old folder starts a fresh log
+    show = config.logging.progress and main
+
+    def evaluate() -> tuple[dict[str, float], list[Trajectory]]:
+        return evaluate_with_progress(trainer, backend, held_out, config, show)
+
     # Sharded weights are gathered collectively for generation: every rank evaluates then.
     evaluates = main or dist.sharded
     if latest is None and evaluates and held_out:
-        metrics, trajs = trainer.evaluate(held_out)
+        metrics, trajs = evaluate()
         if main:
             writer.write(0, metrics)
             save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
@@ -172,7 +200,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             last = step == config.steps
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
-                val, val_trajs = trainer.evaluate(held_out)
+                val, val_trajs = evaluate()
                 metrics.update(val)
                 if main:
                     path = out_dir / "trajectories" / f"eval_step_{step}.jsonl"
