@@ -1,7 +1,11 @@
 """Action parsing, pure text: exactly the Search-R1 rule (a compatibility contract).
 
 The first `<search>…</search>` or `<answer>…</answer>` pair in a turn's output is the action,
-its content stripped; a turn with neither is an invalid action.
+its content stripped; a turn with neither is an invalid action. "First" means the block whose
+opening tag comes first, closed by the first closing tag of its kind after it — what Search-R1's
+`re.search(r"<(search|answer)>(.*?)</\1>", text, re.DOTALL)` returns. That regex rescans the
+rest of the text from every unclosed opening tag, so a long run of them took quadratic time
+(17 s for 16,000 `<search>`); the single scan here is linear and returns the same action.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_TAG = re.compile(r"<(/?)(search|answer)>")
 
 ActionKind = Literal["search", "answer", "invalid"]
 
@@ -26,8 +30,19 @@ class Action:
 
 def parse_action(text: str) -> Action:
     """The first search/answer block of `text`, else an invalid action."""
-    match = _ACTION.search(text)
-    if match is None:
+    opened: dict[str, re.Match[str]] = {}
+    blocks: dict[str, tuple[int, str]] = {}
+    for tag in _TAG.finditer(text):
+        closing, name = tag.group(1) == "/", tag.group(2)
+        if not closing:
+            opened.setdefault(name, tag)
+        elif name in opened and name not in blocks:
+            start = opened[name]
+            blocks[name] = (start.start(), text[start.end() : tag.start()])
+            if len(blocks) == 2:
+                break
+    if not blocks:
         return Action("invalid")
-    kind: ActionKind = "search" if match.group(1) == "search" else "answer"
-    return Action(kind, match.group(2).strip())
+    name, (_, content) = min(blocks.items(), key=lambda item: item[1][0])
+    kind: ActionKind = "search" if name == "search" else "answer"
+    return Action(kind, content.strip())
