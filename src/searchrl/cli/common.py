@@ -51,8 +51,9 @@ def newest_trained_model(root: Path = RUNS_DIR) -> Path | None:
     if not root.is_dir():
         return None
     found = [
-        config.parent
+        config
         for pattern in ("*/model/config.json", "*/*/model/config.json")
         for config in root.glob(pattern)
     ]
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    newest = max(found, key=lambda config: config.stat().st_mtime, default=None)
+    return None if newest is None else newest.parent
