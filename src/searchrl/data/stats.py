@@ -13,6 +13,9 @@ from searchrl.data.benchmarks import DataError, load_questions
 from searchrl.data.coverage import CorpusIndex
 from searchrl.types import Question
 
+REPORT_BYTES = 1 << 20
+"""Bytes read between progress reports (a report per line would cost more than the line)."""
+
 
 @dataclass(frozen=True)
 class QAStats:
@@ -37,16 +40,21 @@ def load_corpus_index(
     if not path.is_file():
         raise DataError(f"corpus file not found: {path}")
     texts = []
+    unreported = 0
     with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
-            if progress is not None:
-                progress(len(line))
+            unreported += len(line)
+            if progress is not None and unreported >= REPORT_BYTES:
+                progress(unreported)
+                unreported = 0
             if not line.strip():
                 continue
             try:
                 texts.append(json.loads(line)["contents"])
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
                 raise DataError(f"{path}: row {number}: not a corpus row ({err})") from err
+    if progress is not None and unreported:
+        progress(unreported)
     return CorpusIndex(texts)
 
 
