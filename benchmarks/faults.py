@@ -63,8 +63,12 @@ def _bytes(path: Path) -> int:
 
 
 def _train(setup: Setup, out: Path, steps: int) -> subprocess.Popen[str]:
+    """`searchrl train --resume` with its output appended to `<out>.log` (a pipe nobody reads
+    while it runs could fill up and stall it)."""
+    log = out.with_suffix(".log").open("a")
     return searchrl("train", "--config", "tiny_cpu_grpo", "--out", str(out), "--resume",
-                    *train_overrides(setup, steps))  # fmt: skip
+                    *train_overrides(setup, steps), stdout=log,
+                    stderr=subprocess.STDOUT)  # fmt: skip
 
 
 def fingerprint(run: Path) -> dict[str, Any]:
@@ -92,46 +96,89 @@ def check_after_kill(run: Path) -> str | None:
     return None
 
 
-def soak(setup: Setup, kills: int, steps: int, seed: int) -> dict[str, Any]:
-    """SIGKILL `searchrl train` at random moments, resume, compare with an unkilled run."""
+def _reference_run(setup: Setup, steps: int) -> tuple[Path, dict[str, float]]:
+    """An unkilled run, timed: seconds to its first checkpoint and in total."""
     reference = setup.work / "soak_reference"
-    if not (reference / "model" / "model.safetensors").is_file():
+    timing = reference / "timing.json"
+    if not timing.is_file():
         shutil.rmtree(reference, ignore_errors=True)
         started = time.monotonic()
-        if _train(setup, reference, steps).wait() != 0:
+        proc = _train(setup, reference, steps)
+        first = None
+        while proc.poll() is None:
+            if first is None and (reference / "checkpoints" / "LATEST").is_file():
+                first = time.monotonic() - started
+            time.sleep(0.05)
+        if proc.returncode != 0 or first is None:
             raise SystemExit("the uninterrupted reference run failed")
-        (reference / "wall_s").write_text(str(time.monotonic() - started))
-    wall = float((reference / "wall_s").read_text())
+        wall = time.monotonic() - started
+        timing.write_text(json.dumps({"first_checkpoint_s": first, "wall_s": wall}))
+    return reference, json.loads(timing.read_text())
+
+
+def _pointer(run: Path) -> str:
+    latest = run / "checkpoints" / "LATEST"
+    return latest.read_text() if latest.is_file() else ""
+
+
+def _wait(proc: subprocess.Popen[str], seconds: float, until: Any = None) -> bool:
+    """Sleep up to `seconds` (forever if None) or until `until()`; False if `proc` ended."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while proc.poll() is None:
+        if (until is not None and until()) or (deadline and time.monotonic() >= deadline):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _kill_at_random_moment(
+    proc: subprocess.Popen[str], run: Path, rng: random.Random, step_s: float
+) -> bool:
+    """One in five kills lands in start-up (model loading, evaluation); the others at a
+    uniform moment of the step after the next checkpoint (rollout, update, metrics or the
+    next checkpoint write). False when the run finished first."""
+    if rng.random() < 0.2:
+        alive = _wait(proc, rng.uniform(0.5, 5.0))
+    else:
+        before = _pointer(run)
+        alive = _wait(proc, None, until=lambda: _pointer(run) != before)
+        alive = alive and _wait(proc, rng.uniform(0.0, 1.2 * step_s))
+    if alive:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return alive
+
+
+def soak(setup: Setup, kills: int, steps: int, seed: int) -> dict[str, Any]:
+    """SIGKILL `searchrl train` at random moments, resume, compare with an unkilled run."""
+    reference, timing = _reference_run(setup, steps)
+    step_s = (timing["wall_s"] - timing["first_checkpoint_s"]) / max(steps - 1, 1)
     checkpoint = max(_bytes(p) for p in (reference / "checkpoints").glob("step_*"))
     bound = _bytes(reference) + checkpoint
     run = setup.work / "soak_run"
     shutil.rmtree(run, ignore_errors=True)
     rng = random.Random(seed)
-    killed, runs, problems, largest, resumed = 0, 0, [], 0, []
+    killed, runs, problems, largest, resumed, in_save = 0, 0, [], 0, [], 0
     with progress_bar("soak: kills", kills, unit="kills") as advance:
         while True:
             runs += 1
             proc = _train(setup, run, steps)
-            try:
-                proc.wait(timeout=rng.uniform(0.5, wall) if killed < kills else None)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+            if killed < kills and _kill_at_random_moment(proc, run, rng, step_s):
                 killed += 1
                 advance(1)
-                if run.is_dir():
-                    largest = max(largest, _bytes(run))
-                    problems += [p for p in [check_after_kill(run)] if p]
-                    latest = latest_checkpoint(run / "checkpoints")
-                    resumed.append(int(latest.name.split("_")[1]) if latest else 0)
+                largest = max(largest, _bytes(run))
+                problems += [p for p in [check_after_kill(run)] if p]
+                in_save += any((run / "checkpoints").glob(".tmp_*"))
+                latest = latest_checkpoint(run / "checkpoints")
+                resumed.append(int(latest.name.split("_")[1]) if latest else 0)
                 continue
-            if proc.returncode != 0:
-                problems.append(f"run {runs} exited {proc.returncode}: {proc.stderr.read()}")
+            if proc.wait() != 0:
+                problems.append(f"run {runs} exited {proc.returncode}; see {run}.log")
             break
     same = fingerprint(run) == fingerprint(reference)
     return {"kills": killed, "runs": runs, "steps": steps, "bit_identical": same,
             "problems": problems, "max_bytes": largest, "bound_bytes": bound,
-            "resumed_from_steps": resumed,
+            "resumed_from_steps": resumed, "kills_during_a_save": in_save,
             "reference_bytes": _bytes(reference)}  # fmt: skip
 
 
@@ -215,7 +262,8 @@ def disk_full(setup: Setup) -> dict[str, Any]:
     if mounted.returncode != 0:
         return {"skipped": "cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)"}
     try:
-        proc = _train(setup, mount / "run", 4)
+        proc = searchrl("train", "--config", "tiny_cpu_grpo", "--out", str(mount / "run"),
+                        *train_overrides(setup, 4))  # fmt: skip
         _, err = proc.communicate()
         lines = err.strip().splitlines()
         latest = latest_checkpoint(mount / "run" / "checkpoints")
@@ -239,7 +287,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         elif name == "soak":
             lines.append(
                 f"| training SIGKILLed at random moments | {r['kills']} kills | {r['runs']} runs, "
-                f"{r['steps']} steps, resumed from steps {r['resumed_from_steps']}, bit-identical "
+                f"{r['steps']} steps, resumed from steps {r['resumed_from_steps']} "
+                f"({r['kills_during_a_save']} kills inside a checkpoint write), bit-identical "
                 f"to an unkilled run: {r['bit_identical']} | 0 "
                 f"| checkpoint problems: {len(r['problems'])}; disk max "
                 f"{r['max_bytes'] / 1e6:.0f} MB ≤ bound {r['bound_bytes'] / 1e6:.0f} MB |"
@@ -272,7 +321,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/faults"))
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=8, help="steps of the soak run")
+    parser.add_argument("--steps", type=int, default=24, help="steps of the soak run")
     parser.add_argument("--outage-s", type=float, default=10.0)
     parser.add_argument("--slow-s", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
