@@ -321,7 +321,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/faults"))
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=24, help="steps of the soak run")
+    parser.add_argument("--steps", type=int, default=32, help="steps of the soak run")
     parser.add_argument("--outage-s", type=float, default=10.0)
     parser.add_argument("--slow-s", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
