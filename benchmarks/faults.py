@@ -121,24 +121,27 @@ def _pointer(run: Path) -> str:
     return latest.read_text() if latest.is_file() else ""
 
 
-def _wait(proc: subprocess.Popen[str], seconds: float, until: Any = None) -> bool:
+def _wait(proc: subprocess.Popen[str], seconds: float | None, until: Any = None) -> bool:
     """Sleep up to `seconds` (forever if None) or until `until()`; False if `proc` ended."""
     deadline = None if seconds is None else time.monotonic() + seconds
     while proc.poll() is None:
         if (until is not None and until()) or (deadline and time.monotonic() >= deadline):
             return True
-        time.sleep(0.02)
+        time.sleep(0.002)
     return False
 
 
 def _kill_at_random_moment(
     proc: subprocess.Popen[str], run: Path, rng: random.Random, step_s: float
 ) -> bool:
-    """One in five kills lands in start-up (model loading, evaluation); the others at a
-    uniform moment of the step after the next checkpoint (rollout, update, metrics or the
-    next checkpoint write). False when the run finished first."""
-    if rng.random() < 0.2:
+    """One kill in five lands in start-up (model loading, evaluation), one in five inside the
+    next checkpoint write, the rest at a uniform moment of the step after the next checkpoint
+    (rollout, update, metrics). False when the run finished first."""
+    where = rng.random()
+    if where < 0.2:
         alive = _wait(proc, rng.uniform(0.5, 5.0))
+    elif where < 0.4:
+        alive = _wait(proc, None, until=lambda: any((run / "checkpoints").glob(".tmp_*")))
     else:
         before = _pointer(run)
         alive = _wait(proc, None, until=lambda: _pointer(run) != before)
@@ -321,7 +324,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/faults"))
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=32, help="steps of the soak run")
+    parser.add_argument("--steps", type=int, default=40, help="steps of the soak run")
     parser.add_argument("--outage-s", type=float, default=10.0)
     parser.add_argument("--slow-s", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
