@@ -141,7 +141,8 @@ def _kill_at_random_moment(
     if where < 0.2:
         alive = _wait(proc, rng.uniform(0.5, 5.0))
     elif where < 0.4:
-        alive = _wait(proc, None, until=lambda: any((run / "checkpoints").glob(".tmp_*")))
+        mine = f".tmp_*_{proc.pid}"  # not a partial write a killed process left behind
+        alive = _wait(proc, None, until=lambda: any((run / "checkpoints").glob(mine)))
     else:
         before = _pointer(run)
         alive = _wait(proc, None, until=lambda: _pointer(run) != before)
