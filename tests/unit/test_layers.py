@@ -14,7 +14,7 @@ LAYERS = {
     "refiner": 3,
     "algo": 4,
     "train": 5, "eval": 5, "report": 5,
-    "cli": 6,
+    "cli": 6, "__main__": 6,
 }  # fmt: skip
 
 
