@@ -221,12 +221,12 @@ def retrieval_outage(setup: Setup, down_s: float, retries: int) -> dict[str, Any
     finally:
         logging.getLogger("searchrl.retrieval.remote").removeHandler(counter)
         server.kill()
-    dropped = [k for k in rows[-1]["metrics"] if "dropped" in k or "failed" in k]
+    dropped = sum(r["metrics"].get("train/dropped_failed", 0.0) for r in rows)
     return {"down_s": down_s, "retries": retries, "steps": len(rows),
             "trajectories": sum(r["trajectories"] for r in rows),
             "failed": sum(r["failed"] for r in rows),
             "steps_with_failures": sum(r["failed"] > 0 for r in rows),
-            "log_lines": len(counter.lines), "trainer_metrics": dropped}  # fmt: skip
+            "log_lines": len(counter.lines), "excluded_from_update": int(dropped)}  # fmt: skip
 
 
 def flaky(setup: Setup, mode: str, slow_s: float, steps: int) -> dict[str, Any]:
@@ -302,7 +302,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 f"| retrieval server killed, back after {r['down_s']:.0f} s (retries "
                 f"{r['retries']}) | 1 outage | {r['steps']}/{r['steps']} steps | {r['failed']} of "
                 f"{r['trajectories']} ({r['steps_with_failures']} steps) | {r['log_lines']} "
-                f"log lines; trainer metrics {r['trainer_metrics'] or 'none'} |"
+                f"log lines; left out of the update: {r['excluded_from_update']} |"
             )
         elif name == "disk_full":
             lines.append(

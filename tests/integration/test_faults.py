@@ -147,9 +147,10 @@ def test_training_goes_on_through_a_retrieval_outage(
         assert sum("attempt" in line for line in remote_log) >= 2 * sum(
             r["failed"] > 0 for r in rows
         )
-        dropped = [r["metrics"].get("train/dropped_failed") for r in rows + after]
-        if any(d is not None for d in dropped):  # the trainer leaves their groups out
-            assert sum(d or 0 for d in dropped) >= failed
+        for row in rows + after:  # the trainer leaves the failed trajectories' groups out
+            assert row["metrics"]["train/dropped_failed"] >= row["failed"]
+            if row["failed"] == row["trajectories"]:
+                assert row["metrics"]["train/groups_trained"] == 0
         # A client whose window (0.5 + 1 + 2 + 4 s) outlasts the outage loses nothing.
         patient = searching_trainer(setup, tmp_path / "b", _remote(server.url, 4, 0.5))
         with outage(server, after_s=1.0, down_s=3.0) as times:

@@ -44,7 +44,13 @@ from searchrl.train.environment import (
 from searchrl.train.loop import Distributed, Trainer
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
-from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
+from searchrl.train.sft import (
+    reference_trajectory,
+    rejection_sample,
+    run_sft,
+    sft_step_count,
+    solved_references,
+)
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import progress_bar as progress_bar_eta
 
@@ -109,7 +115,8 @@ def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[P
         yield None
         return
     columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn(), TextColumn("{task.description}"))  # fmt: skip
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+               TextColumn("{task.description}"))  # fmt: skip
     with Progress(*columns) as progress:
         progress.add_task("", total=total, completed=done)
         yield progress
