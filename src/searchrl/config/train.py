@@ -124,7 +124,7 @@ class AlgoConfig:
     """Truncated importance sampling against the generation engine's log-probs: `auto` = on
     when the engine samples at another precision than the fp32 trainer (CTranslate2 int8, a
     bf16 generation copy, vLLM); the old log-probs are then always recomputed."""
-    tis_cap: float = 2.0
+    tis_cap: PositiveFloat = 2.0
     """C in the per-token weight min(π_old/μ, C) (Yao et al. 2025 use 2)."""
 
 
