@@ -22,7 +22,7 @@ import numpy as np
 from searchrl.config.retrieval import DenseConfig
 from searchrl.retrieval.base import RetrievalError
 from searchrl.retrieval.corpus import CorpusError, document_from_row
-from searchrl.retrieval.dense import DenseRetriever, load_encoder
+from searchrl.retrieval.dense import DenseRetriever, encode_texts, load_encoder
 from searchrl.retrieval.manifest import CorpusInfo
 from searchrl.types import Document
 
@@ -120,10 +120,8 @@ def open_faiss_index(
         )
     config = replace(config, index_type=_index_type(index))  # type: ignore[arg-type]
     encoder = load_encoder(config)
-    # sentence-transformers 5 renamed the method; older releases only have the first name
-    named = getattr(encoder, "get_embedding_dimension", None)
-    measure = named or encoder.get_sentence_embedding_dimension
-    dim = measure()
+    # one probe works for every encoder engine (sentence-transformers, CTranslate2)
+    dim = encode_texts(encoder, config, ["dimension probe"], passages=False).shape[1]
     if dim != index.d:
         raise RetrievalError(
             f"encoder {config.encoder!r} makes {dim}-dimensional vectors but {faiss_file} holds "
