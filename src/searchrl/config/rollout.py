@@ -43,6 +43,11 @@ class RolloutConfig:
     """Strings that end a generation turn immediately (EOS always does too). The original
     had none and let every turn run to the token limit."""
 
+    search: bool = True
+    """Give the policy the search engine. False is the R1 baseline (RL without search): the
+    prompt carries no search instructions (`r1_prompt`), `</search>` does not stop a turn, no
+    query is ever executed and a trajectory ends after its one turn, answered or not."""
+
     use_chat_template: bool = True
     """Wrap the Search-R1 prompt in the tokenizer's chat template (instruct models); a
     tokenizer without a template gets the plain text either way."""

@@ -53,6 +53,9 @@ INVALID_ACTION_FEEDBACK = (
 )
 """The original Search-R1 observation after a turn with neither a search nor an answer."""
 
+SEARCH_CLOSE = "</search>"
+"""Ends a search action (a stop string of the rollout engine)."""
+
 INFORMATION_OPEN = "\n\n<information>"
 INFORMATION_CLOSE = "</information>\n\n"
 

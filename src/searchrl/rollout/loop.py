@@ -13,7 +13,8 @@ Where this departs from the original on purpose:
   the prompt: the trajectory stops growing instead;
 - a retriever failure marks only the affected trajectories failed; the batch goes on.
 As in the original code, `max_turns` counts generation rounds (searches or not), and one final
-round follows in which a search is not executed.
+round follows in which a search is not executed. With `config.search` off (the R1 baseline) a
+trajectory is one turn that `</search>` does not stop, and nothing is ever retrieved.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from searchrl.config.rollout import RolloutConfig
-from searchrl.data.templates import INFORMATION_CLOSE, INVALID_ACTION_FEEDBACK, format_information
+from searchrl.data.templates import (
+    INFORMATION_CLOSE,
+    INVALID_ACTION_FEEDBACK,
+    SEARCH_CLOSE,
+    format_information,
+)
 from searchrl.models.generation import GenerationBackend, SamplingParams
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
@@ -95,6 +101,9 @@ class RolloutEngine:
         self.config = config
         self.seed = seed
         self._close_ids = self.tok.encode(INFORMATION_CLOSE)
+        self._stop = (
+            config.stop if config.search else tuple(s for s in config.stop if s != SEARCH_CLOSE)
+        )
 
     def run(self, starts: Sequence[Trajectory]) -> list[Trajectory]:
         """Extend every start trajectory until it is done; returns them in the same order."""
@@ -125,6 +134,8 @@ class RolloutEngine:
             return self._finish(row, "length", truncated=True) if out_of_room else Phase.GENERATE
         if action.kind == "answer":
             return self._finish(row, "answer")
+        if not self.config.search:
+            return self._finish(row, "no_answer")
         if row.turn > self.config.max_turns:
             return self._finish(row, "max_turns")
         if out_of_room:
@@ -146,7 +157,7 @@ class RolloutEngine:
             temperature=self.config.temperature,
             top_p=self.config.top_p,
             seed=row_seed(self.seed, row.traj.id, row.turn),
-            stop=self.config.stop,
+            stop=self._stop,
             continues=row.turn < self.config.max_turns,
         )
 
@@ -255,14 +266,16 @@ def run_rollouts(
     continuation. Returns finished trajectories with `answer` and `metrics` filled;
     `observer` sees every segment as it is appended."""
     if prefixes is None:
-        starts = fresh_trajectories(tokenizer, questions, n_samples, config.use_chat_template)
+        starts = fresh_trajectories(
+            tokenizer, questions, n_samples, config.use_chat_template, config.search
+        )
     else:
         if len(prefixes) != len(questions) or n_samples != 1:
             raise ValueError("prefixes need one entry per question and n_samples == 1")
         starts = [
             continue_from(p)
             if p is not None
-            else fresh_trajectories(tokenizer, [q], 1, config.use_chat_template)[0]
+            else fresh_trajectories(tokenizer, [q], 1, config.use_chat_template, config.search)[0]
             for q, p in zip(questions, prefixes, strict=True)
         ]
     return RolloutEngine(backend, tokenizer, retriever, config, seed, observer).run(starts)

@@ -11,7 +11,7 @@ import copy
 import hashlib
 from collections.abc import Sequence
 
-from searchrl.data.templates import render_chat, search_r1_prompt
+from searchrl.data.templates import r1_prompt, render_chat, search_r1_prompt
 from searchrl.types import Question, Trajectory, TrajectoryStats
 
 
@@ -26,9 +26,12 @@ def row_seed(seed: int, traj_id: str, turn: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def render_prompt(tokenizer: object, question: str, use_chat_template: bool) -> str:
-    """The Search-R1 prompt, inside the chat template when asked and available."""
-    text = search_r1_prompt(question)
+def render_prompt(
+    tokenizer: object, question: str, use_chat_template: bool, search: bool = True
+) -> str:
+    """The Search-R1 prompt (the R1 prompt, without search, when `search` is off), inside the
+    chat template when asked and available."""
+    text = search_r1_prompt(question) if search else r1_prompt(question)
     return render_chat(tokenizer, text) if use_chat_template else text  # type: ignore[arg-type]
 
 
@@ -40,12 +43,16 @@ def encode_prompt(tokenizer: object, prompt: str, use_chat_template: bool) -> li
 
 
 def fresh_trajectories(
-    tokenizer: object, questions: Sequence[Question], n_samples: int, use_chat_template: bool
+    tokenizer: object,
+    questions: Sequence[Question],
+    n_samples: int,
+    use_chat_template: bool,
+    search: bool = True,
 ) -> list[Trajectory]:
     """`n_samples` empty trajectories per question, grouped by question (GRPO groups)."""
     starts = []
     for question in questions:
-        prompt = render_prompt(tokenizer, question.question, use_chat_template)
+        prompt = render_prompt(tokenizer, question.question, use_chat_template, search)
         prompt_ids = encode_prompt(tokenizer, prompt, use_chat_template)
         for sample in range(n_samples):
             starts.append(
