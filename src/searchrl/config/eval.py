@@ -1,0 +1,81 @@
+"""Configuration of `searchrl eval` (seed 000 "Evaluation Methodology"), the trajectory-quality
+judge (seed 001 §5.6) and `searchrl report`. Evaluation is greedy by default, as in both papers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from searchrl.config.model import ModelConfig
+from searchrl.config.rollout import RolloutConfig
+
+
+def _greedy_rollout() -> RolloutConfig:
+    return RolloutConfig(temperature=0.0)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation: a method over question sets, written sample by sample to a folder."""
+
+    method: str = "search-r1"
+    """A name from `searchrl.eval.METHODS` (direct, cot, rag, ircot, search-o1, r1, sft,
+    rejection, search-r1, …)."""
+    limit: int = 0
+    """Questions per set (the first N of each file); 0 = every question."""
+    batch_size: int = 16
+    """Questions generated together; also the unit appended to `samples.jsonl` (a kill loses
+    at most the batch in flight)."""
+    seed: int = 0
+    """Rollout seed (only matters when `rollout.temperature > 0`)."""
+    bootstrap_resamples: int = 2000
+    """Resamples behind every 95% interval and paired test."""
+    confidence: float = 0.95
+    """Confidence level of the intervals."""
+    ircot_step_tokens: int = 64
+    """IRCoT: most tokens of one reasoning line (each line becomes the next query)."""
+    reason_tokens: int = 256
+    """Search-o1: most tokens of one Reason-in-Documents call."""
+    progress: bool = True
+    """Show a progress bar with ETA."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The generation model (`--model`); the embedded default for prompted baselines."""
+    rollout: RolloutConfig = field(default_factory=_greedy_rollout)
+    """Budgets (B = `max_turns` searches, top-k, token limits) shared by every method."""
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """The six-dimension trajectory-quality comparison of two evaluations."""
+
+    kind: str = "rule"
+    """`rule` (the dimensions a rule can score), `llm` (all six by an OpenAI-compatible
+    endpoint) or `hybrid` (rule where one exists, the endpoint for the rest)."""
+    url: str = ""
+    """Base URL of an OpenAI-compatible API (`…/v1`); `/chat/completions` is appended."""
+    model: str = ""
+    """Model name sent to the endpoint."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key (sent as a bearer token when set)."""
+    per_set: int = 100
+    """Paired trajectories sampled per set (the paper: 100 per dataset)."""
+    seed: int = 0
+    """Seeds the pair sample and the order each pair is shown in."""
+    timeout_s: float = 120.0
+    """Per-request timeout."""
+    retries: int = 2
+    """Retries after a failed request or an unparsable answer."""
+    max_tokens: int = 400
+    """Completion budget of one judgement."""
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What `searchrl report` embeds in the page."""
+
+    max_trajectories: int = 200
+    """Trajectories embedded per evaluation (and per training run's last held-out step)."""
+    reference_method: str = "search-r1"
+    """Method the others are paired against in the comparison table (first one if absent)."""
+    bootstrap_resamples: int = 2000
+    """Resamples behind the paired tests computed for the page."""

@@ -1,0 +1,163 @@
+"""The single-turn methods and trained policies (IRCoT and Search-o1 are in `eval.agents`; the
+table of names is `eval.registry`), each a small strategy over one generation backend and one
+retriever, batched across questions.
+
+| method     | what runs                                                                 |
+|------------|---------------------------------------------------------------------------|
+| direct     | one turn, `direct_prompt`, no retrieval                                   |
+| cot        | one turn, `cot_prompt` (think, then answer), no retrieval                 |
+| rag        | top-k passages for the question (one batched search), `rag_prompt`, one turn |
+| ircot      | every reasoning line is the next query (`eval.agents`)                    |
+| search-o1  | agentic search, documents condensed by Reason-in-Documents (`eval.agents`) |
+| r1         | a policy trained without search: the rollout engine with `search=False`    |
+| sft, rejection, search-r1 | a trained policy: the Search-R1 rollout engine            |
+
+Single-turn methods reuse the rollout engine with search off, so every method's output is the
+same `Trajectory` record, scored by the same metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from searchrl.config.eval import EvalConfig
+from searchrl.data.templates import cot_prompt, direct_prompt, rag_prompt, render_chat
+from searchrl.models.generation import GenerationBackend
+from searchrl.retrieval.base import RetrievalError, Retriever
+from searchrl.reward.metrics import answer_metrics
+from searchrl.rollout.loop import RolloutEngine, run_rollouts
+from searchrl.rollout.sampler import encode_prompt
+from searchrl.types import Hit, Question, SearchCall, Trajectory
+
+
+@dataclass
+class Context:
+    """What a method runs with. `retriever` is None for methods that never retrieve."""
+
+    backend: GenerationBackend
+    tokenizer: object
+    retriever: Retriever | None
+    config: EvalConfig
+
+
+@dataclass
+class Outcome:
+    """One question's result: its trajectory, plus tokens generated outside it (Search-o1's
+    Reason-in-Documents calls), which count towards the method's cost."""
+
+    trajectory: Trajectory
+    aux_tokens: int = 0
+
+
+RunFn = Callable[[Sequence[Question], Context], list[Outcome]]
+
+
+class NoRetriever:
+    """Stands in for the search engine of methods that must never search."""
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        raise RetrievalError("this method has no search engine")
+
+
+@dataclass
+class RecordingRetriever:
+    """Wraps the retriever and remembers the text of every document it returned, so each
+    evaluation row can carry the passages its trajectory saw (the report shows them)."""
+
+    inner: Retriever
+    documents: dict[str, str] = field(default_factory=dict)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        results = self.inner.search(queries, k)
+        for hits in results:
+            for hit in hits:
+                self.documents[hit.document.id] = hit.document.contents
+        return results
+
+
+def start_trajectory(question: Question, text: str, ctx: Context) -> Trajectory:
+    """An empty trajectory whose prompt is `text` (inside the chat template when configured)."""
+    chat = ctx.config.rollout.use_chat_template
+    prompt = render_chat(ctx.tokenizer, text) if chat else text  # type: ignore[arg-type]
+    return Trajectory(
+        id=question.uid,
+        question=question.question,
+        golden_answers=list(question.golden_answers),
+        prompt=prompt,
+        prompt_ids=encode_prompt(ctx.tokenizer, prompt, chat),
+        uid=question.uid,
+    )
+
+
+def one_turn(starts: list[Trajectory], ctx: Context, *, bare_answer: bool) -> list[Outcome]:
+    """Generate one turn for every start (the rollout engine with search off). With
+    `bare_answer`, a reply without `<answer>` tags counts its first line as the answer: the
+    Direct and RAG prompts ask for the answer alone, and FlashRAG scores their raw output."""
+    config = replace(ctx.config.rollout, search=False)
+    engine = RolloutEngine(ctx.backend, ctx.tokenizer, NoRetriever(), config, ctx.config.seed)
+    finished = engine.run(starts)
+    if bare_answer:
+        for traj in finished:
+            if traj.answer is None:
+                traj.answer = _first_line(traj, ctx.tokenizer)
+                traj.metrics = answer_metrics(traj.answer, traj.golden_answers)
+    return [Outcome(t) for t in finished]
+
+
+def _first_line(traj: Trajectory, tokenizer: object) -> str | None:
+    ids = [t for s in traj.segments if s.role == "policy" for t in s.token_ids]
+    text = tokenizer.decode(ids, skip_special_tokens=True).strip()  # type: ignore[attr-defined]
+    line = text.split("\n", 1)[0].strip()
+    return line or None
+
+
+def run_direct(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
+    """Direct inference: the question alone."""
+    starts = [start_trajectory(q, direct_prompt(q.question), ctx) for q in questions]
+    return one_turn(starts, ctx, bare_answer=True)
+
+
+def run_cot(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
+    """Chain of thought without retrieval."""
+    starts = [start_trajectory(q, cot_prompt(q.question), ctx) for q in questions]
+    return one_turn(starts, ctx, bare_answer=False)
+
+
+def run_rag(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
+    """One batched search with the questions as queries, top-k passages in the prompt."""
+    assert ctx.retriever is not None
+    topk = ctx.config.rollout.topk
+    try:
+        results = ctx.retriever.search([q.question for q in questions], topk)
+        failure = None
+    except RetrievalError as err:
+        results, failure = [[] for _ in questions], f"retrieval: {err}"
+    starts = []
+    for question, hits in zip(questions, results, strict=True):
+        hits = hits[:topk]
+        traj = start_trajectory(question, rag_prompt(question.question, _contents(hits)), ctx)
+        traj.searches.append(SearchCall(question.question, [h.document.id for h in hits], 0))
+        traj.stats.searches = 1
+        traj.stats.failed = failure
+        starts.append(traj)
+    return one_turn(starts, ctx, bare_answer=True)
+
+
+def _contents(hits: Sequence[Hit]) -> list[str]:
+    return [h.document.contents for h in hits]
+
+
+def policy_method(search: bool) -> RunFn:
+    """A trained policy through the rollout engine (Search-R1 prompt and search, or the R1
+    prompt without search)."""
+
+    def run(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
+        config = replace(ctx.config.rollout, search=search)
+        retriever = ctx.retriever if search and ctx.retriever is not None else NoRetriever()
+        trajectories = run_rollouts(
+            ctx.backend, ctx.tokenizer, retriever, questions, config, seed=ctx.config.seed
+        )
+        return [Outcome(t) for t in trajectories]
+
+    return run

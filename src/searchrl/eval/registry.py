@@ -1,0 +1,54 @@
+"""Every method `searchrl eval --method` knows, by name.
+
+Adding a method (e.g. Search-R2 with its Meta-Refiner) is one function `(questions, ctx) ->
+list[Outcome]` and one `MethodSpec` line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from searchrl.eval.agents import run_ircot, run_search_o1
+from searchrl.eval.methods import RunFn, policy_method, run_cot, run_direct, run_rag
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method."""
+
+    name: str
+    run: RunFn
+    retrieval: bool
+    """Needs `--index` or `--url`."""
+    trained: bool
+    """Evaluates a trained policy, so `--model` must be given explicitly."""
+    description: str
+
+
+_SEARCHING = policy_method(search=True)
+
+METHODS = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            MethodSpec("direct", run_direct, False, False, "direct answer, no retrieval"),
+            MethodSpec("cot", run_cot, False, False, "chain of thought, no retrieval"),
+            MethodSpec("rag", run_rag, True, False, "top-k passages for the question, one turn"),
+            MethodSpec("ircot", run_ircot, True, False, "retrieval interleaved with CoT lines"),
+            MethodSpec("search-o1", run_search_o1, True, False, "agentic search, Reason-in-Docs"),
+            MethodSpec("r1", policy_method(search=False), False, True, "RL-trained, no search"),
+            MethodSpec("sft", _SEARCHING, True, True, "SFT policy with search"),
+            MethodSpec("rejection", _SEARCHING, True, True, "rejection-sampling SFT policy"),
+            MethodSpec("search-r1", _SEARCHING, True, True, "RL-trained policy with search"),
+        )
+    }
+)
+"""Name → method, in the order of the papers' tables."""
+
+
+def method(name: str) -> MethodSpec:
+    """The registered method called `name`."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]

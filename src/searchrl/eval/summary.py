@@ -1,0 +1,106 @@
+"""Aggregates of an evaluation's per-sample rows, each mean with a bootstrap interval: per set,
+overall, the papers' "Avg." (mean over sets), general vs multi-hop, by hop count and by the
+number of searches a trajectory made (seed 000 "Missing Experiments" 1: does search behaviour
+follow difficulty?)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from searchrl.data.benchmarks import BENCHMARKS
+from searchrl.eval.stats import macro_mean_ci, mean_ci
+
+METRICS = ("em", "f1", "subem", "searches", "turns", "tokens", "latency")
+"""Per-sample numbers every aggregate reports."""
+
+_CATEGORY = {b.name: b.category for b in BENCHMARKS}
+
+Row = dict[str, Any]
+
+
+def category(row: Row) -> str:
+    """`general` or `multi-hop`: the papers' grouping for the seven sets; other sets (the
+    synthetic world) by hop count (1 hop = general); `unknown` without either."""
+    if row["set"] in _CATEGORY:
+        return _CATEGORY[row["set"]]
+    hops = row.get("hops")
+    if hops is None:
+        return "unknown"
+    return "general" if hops <= 1 else "multi-hop"
+
+
+def search_bucket(row: Row) -> str:
+    """0, 1, 2, 3 or 4+ searches."""
+    n = int(row.get("searches", 0))
+    return str(n) if n < 4 else "4+"
+
+
+class Aggregator:
+    """Means with intervals at a fixed resampling budget and seed (same rows, same numbers)."""
+
+    def __init__(self, resamples: int, confidence: float, seed: int = 0):
+        self.resamples = resamples
+        self.confidence = confidence
+        self.seed = seed
+
+    def block(self, rows: Sequence[Row]) -> dict[str, Any]:
+        """Every metric's mean and interval over `rows`."""
+        out: dict[str, Any] = {"n": len(rows)}
+        for metric in METRICS:
+            values = [float(r.get(metric) or 0.0) for r in rows]
+            out[metric] = mean_ci(values, self.resamples, self.confidence, self.seed).to_json()
+        return out
+
+    def grouped(self, rows: Sequence[Row], key: Callable[[Row], Any]) -> dict[str, Any]:
+        """`block` per group, groups in sorted order (None-valued keys left out)."""
+        groups: dict[str, list[Row]] = defaultdict(list)
+        for row in rows:
+            value = key(row)
+            if value is not None:
+                groups[str(value)].append(row)
+        return {name: self.block(groups[name]) for name in sorted(groups, key=_natural)}
+
+    def macro(self, rows: Sequence[Row]) -> dict[str, Any]:
+        """The unweighted mean over sets of each metric's per-set mean."""
+        by_set: dict[str, list[Row]] = defaultdict(list)
+        for row in rows:
+            by_set[row["set"]].append(row)
+        out: dict[str, Any] = {"sets": len(by_set)}
+        for metric in METRICS:
+            groups = [[float(r.get(metric) or 0.0) for r in g] for g in by_set.values()]
+            estimate = macro_mean_ci(groups, self.resamples, self.confidence, self.seed)
+            out[metric] = estimate.to_json()
+        return out
+
+
+def _natural(name: str) -> tuple[int, str]:
+    """Numbers in numeric order ("2" before "10", "4+" after "3"), then names."""
+    digits = name.rstrip("+")
+    return (int(digits), name) if digits.isdigit() else (10**9, name)
+
+
+def summarize(
+    rows: Sequence[Row], resamples: int, confidence: float, seed: int = 0
+) -> dict[str, Any]:
+    """The summary written to `summary.json`."""
+    agg = Aggregator(resamples, confidence, seed)
+    sets = sorted({r["set"] for r in rows}, key=set_order)
+    by_set = agg.grouped(rows, lambda r: r["set"])
+    return {
+        "n": len(rows),
+        "confidence": confidence,
+        "overall": agg.block(rows),
+        "average": agg.macro(rows),
+        "by_set": {s: by_set[s] for s in sets},
+        "by_category": agg.grouped(rows, category),
+        "by_hops": agg.grouped(rows, lambda r: r.get("hops")),
+        "by_searches": agg.grouped(rows, search_bucket),
+    }
+
+
+def set_order(name: str) -> tuple[int, str]:
+    """The papers' column order for the seven sets, others after them by name."""
+    order = [b.name for b in BENCHMARKS]
+    return (order.index(name), name) if name in order else (len(order), name)

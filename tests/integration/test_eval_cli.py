@@ -1,0 +1,99 @@
+"""`searchrl eval` end to end through the real CLI: a tiny random model saved as a local
+directory, a real BM25 index of a generated world, the world's test split (which has hops)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from searchrl.cli import app
+from searchrl.config.data import world_preset
+from searchrl.config.model import ModelConfig
+from searchrl.data.benchmarks import write_flashrag_jsonl
+from searchrl.data.world import generate_world
+from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
+from searchrl.retrieval.bm25 import BM25Retriever
+
+SHORT = ["--set", "rollout.max_response_tokens=6", "--set", "rollout.max_turns=1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(one_torch_thread: None) -> None:
+    """One torch thread (tests/conftest.py)."""
+
+
+@pytest.fixture(scope="module")
+def setup(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    gguf = embedded_gguf_path()
+    cache = request.config.cache.mkdir(f"searchrl-tokenizer-{gguf.stem}-{gguf.stat().st_size}")
+    tokenizer = load_tokenizer(ModelConfig(), cache_dir=cache)
+    root = tmp_path_factory.mktemp("eval_cli")
+    model_dir = root / "tiny"
+    tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    world = generate_world(world_preset("test"))
+    BM25Retriever.build(world.documents).save(root / "index")
+    (root / "world").mkdir()
+    write_flashrag_jsonl(world.questions["test"], root / "world" / "test.jsonl")
+    return {"model": model_dir, "index": root / "index", "data": root / "world" / "test.jsonl"}
+
+
+def run(args: list[str]) -> str:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output
+
+
+def lines(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+def test_eval_rag_writes_rows_and_a_rerun_never_duplicates(setup, tmp_path: Path) -> None:
+    out = tmp_path / "rag"
+    base = ["eval", "--method", "rag", "--data", str(setup["data"]), "--index", str(setup["index"])]
+    base += ["--model", str(setup["model"]), "--out", str(out), *SHORT]
+    args = [*base, "--limit", "3"]
+    printed = run(args)
+    rows = lines(out)
+    assert len(rows) == 3 and len({r["id"] for r in rows}) == 3
+    assert all({"id", "em", "set", "hops", "trajectory"} <= set(r) for r in rows)
+    assert all(r["set"] == "world" and r["hops"] >= 1 and r["searches"] == 1 for r in rows)
+    assert all(len(r["documents"]) == 3 for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 3 and "by_hops" in summary and summary["method"] == "rag"
+    assert "EM [95% CI]" in printed
+    run(args)
+    assert len(lines(out)) == 3
+    run([*base, "--limit", "5"])  # a larger limit completes the rest
+    assert [r["id"] for r in lines(out)][:3] == [r["id"] for r in rows] and len(lines(out)) == 5
+
+
+def test_eval_compare_and_judge(setup, tmp_path: Path) -> None:
+    common = ["--data", str(setup["data"]), "--model", str(setup["model"]), "--limit", "4"]
+    run(["eval", "--method", "direct", *common, "--out", str(tmp_path / "d"), *SHORT])
+    run(["eval", "--method", "search-r1", *common, "--index", str(setup["index"]),
+         "--out", str(tmp_path / "s"), *SHORT])  # fmt: skip
+    printed = run(["eval", "compare", str(tmp_path / "s"), str(tmp_path / "d"),
+                   "--out", str(tmp_path / "cmp.json")])  # fmt: skip
+    result = json.loads((tmp_path / "cmp.json").read_text())
+    assert result["rows"]["overall"]["n"] == 4 and "p" in printed
+    run(["eval", "judge", str(tmp_path / "s"), str(tmp_path / "d"), "--kind", "rule",
+         "--out", str(tmp_path / "judge.json")])  # fmt: skip
+    judged = json.loads((tmp_path / "judge.json").read_text())
+    counts = judged["overall"]["non_redundancy"]
+    assert counts["wins"] + counts["losses"] + counts["ties"] + counts["unscored"] == 4
+
+
+def test_eval_refuses_incomplete_requests(setup, tmp_path: Path) -> None:
+    base = ["eval", "--data", str(setup["data"]), "--out", str(tmp_path / "x"), "--limit", "1"]
+    trained = CliRunner().invoke(
+        app, [*base, "--method", "search-r1", "--index", str(setup["index"])]
+    )
+    assert trained.exit_code != 0 and "--model" in trained.output
+    no_index = CliRunner().invoke(app, [*base, "--method", "rag"])
+    assert no_index.exit_code != 0 and "--index" in no_index.output
+    unknown = CliRunner().invoke(app, [*base, "--method", "magic"])
+    assert unknown.exit_code != 0 and "unknown method" in unknown.output

@@ -1,0 +1,120 @@
+"""Each method of `searchrl eval` on a scripted backend and an in-memory retriever: what it
+prompts, what it retrieves (one batched call per round), what it records."""
+
+from __future__ import annotations
+
+from rollout_fakes import DictRetriever, ScriptedBackend
+
+from searchrl.config.eval import EvalConfig
+from searchrl.data.templates import cot_prompt, direct_prompt, r1_prompt, search_r1_prompt
+from searchrl.eval.methods import Context, RecordingRetriever
+from searchrl.eval.prompts import REASON_IN_DOCUMENTS_TEMPLATE
+from searchrl.eval.registry import METHODS, method
+from searchrl.types import Question
+
+FRANCE = Question("q1", "What is the capital of France", ("Paris",))
+EIFFEL = Question("q2", "Where was the designer of the Eiffel Tower born?", ("Dijon",))
+CONFIG = EvalConfig()
+
+
+def ctx(tokenizer, script, retriever=None) -> Context:
+    return Context(ScriptedBackend(tokenizer, script), tokenizer, retriever, CONFIG)
+
+
+def test_registry_holds_every_method_of_the_papers() -> None:
+    names = {"direct", "cot", "rag", "ircot", "search-o1", "r1", "sft", "rejection", "search-r1"}
+    assert names <= set(METHODS)
+    assert not method("direct").retrieval and method("rag").retrieval
+    assert method("search-r1").trained and not method("ircot").trained
+
+
+def test_direct_takes_a_bare_reply_as_the_answer(tokenizer) -> None:
+    context = ctx(tokenizer, lambda c: "Paris\nIt is a big city.")
+    (out,) = method("direct").run([FRANCE], context)
+    traj = out.trajectory
+    assert direct_prompt(FRANCE.question) in traj.prompt
+    assert traj.answer == "Paris" and traj.metrics["em"] == 1.0
+    assert traj.stats.searches == 0
+
+
+def test_cot_needs_the_answer_tags(tokenizer) -> None:
+    replies = {"France": "<think>It is Paris.</think> Paris", "Eiffel": "<answer>Dijon</answer>"}
+    context = ctx(tokenizer, lambda c: replies["France" if "France" in c else "Eiffel"])
+    first, second = method("cot").run([FRANCE, EIFFEL], context)
+    assert cot_prompt(FRANCE.question) in first.trajectory.prompt
+    assert first.trajectory.answer is None and first.trajectory.metrics["em"] == 0.0
+    assert second.trajectory.answer == "Dijon"
+
+
+def test_rag_searches_all_questions_in_one_call_and_shows_top_k(tokenizer, docs) -> None:
+    retriever = DictRetriever(docs)
+    context = ctx(tokenizer, lambda c: "<answer> Paris </answer>", retriever)
+    outs = method("rag").run([FRANCE, EIFFEL], context)
+    assert retriever.calls == [[FRANCE.question, EIFFEL.question]]
+    traj = outs[0].trajectory
+    assert "Doc 1(Title: " in traj.prompt and "Doc 4(Title: " not in traj.prompt
+    assert traj.stats.searches == 1 and len(traj.searches[0].doc_ids) == 3
+    assert [s.role for s in traj.segments] == ["policy"]
+
+
+def test_ircot_queries_with_each_line_and_shows_only_new_passages(tokenizer, docs) -> None:
+    def script(context: str) -> str:
+        if "Gustave Eiffel designed it" not in context:
+            return "Gustave Eiffel designed it in Germany, Berlin.\n"
+        return "So the answer is <answer> Dijon </answer>"
+
+    retriever = DictRetriever(docs)
+    (out,) = method("ircot").run([EIFFEL], ctx(tokenizer, script, retriever))
+    traj = out.trajectory
+    assert retriever.calls[0] == [EIFFEL.question]
+    assert retriever.calls[1] == ["Gustave Eiffel designed it in Germany, Berlin."]
+    assert [s.role for s in traj.segments] == ["env", "policy", "env", "policy"]
+    first, second = traj.searches
+    assert set(second.doc_ids) - set(first.doc_ids) == {"d3"}
+    new_block = traj.segments[2].text
+    assert "Berlin is the capital" in new_block and "Doc 2(" not in new_block  # only new ones
+    assert traj.answer == "Dijon" and traj.stats.searches == 2
+
+
+def test_ircot_stops_searching_at_the_budget(tokenizer, docs) -> None:
+    retriever = DictRetriever(docs)
+    context = ctx(tokenizer, lambda c: "I wonder about the Eiffel Tower.\n", retriever)
+    (out,) = method("ircot").run([EIFFEL], context)
+    assert out.trajectory.stats.searches == CONFIG.rollout.max_turns
+    assert out.trajectory.answer is None
+
+
+def test_search_o1_inserts_the_reason_in_documents_summary(tokenizer, docs) -> None:
+    def script(context: str) -> str:
+        if "Searched documents:" in context:  # the Reason-in-Documents call
+            return "Final Information: Gustave Eiffel was born in Dijon."
+        if "<information>" not in context.split("Question:")[-1]:
+            return "<search> Gustave Eiffel birthplace </search>"
+        return "<answer> Dijon </answer>"
+
+    retriever = DictRetriever(docs)
+    (out,) = method("search-o1").run([EIFFEL], ctx(tokenizer, script, retriever))
+    traj = out.trajectory
+    assert retriever.calls == [["Gustave Eiffel birthplace"]]
+    env = [s.text for s in traj.segments if s.role == "env"]
+    assert env == ["\n\n<information>Gustave Eiffel was born in Dijon.</information>\n\n"]
+    assert traj.answer == "Dijon" and out.aux_tokens > 0
+    assert "Doc 1(Title:" not in traj.response_text  # raw passages never reach the policy
+    assert REASON_IN_DOCUMENTS_TEMPLATE.split("{")[0] not in traj.prompt
+
+
+def test_trained_policies_use_the_rollout_engine(tokenizer, docs) -> None:
+    retriever = RecordingRetriever(DictRetriever(docs))
+
+    def script(context: str) -> str:
+        if "<information>" in context.split("Question:")[-1]:
+            return "<answer> Paris </answer>"
+        return "<search> capital of France </search>"
+
+    (searched,) = method("search-r1").run([FRANCE], ctx(tokenizer, script, retriever))
+    assert search_r1_prompt(FRANCE.question) in searched.trajectory.prompt
+    assert searched.trajectory.stats.searches == 1 and searched.trajectory.answer == "Paris"
+    assert set(retriever.documents) == set(searched.trajectory.searches[0].doc_ids)
+    (r1,) = method("r1").run([FRANCE], ctx(tokenizer, script, retriever))
+    assert r1_prompt(FRANCE.question) in r1.trajectory.prompt
+    assert r1.trajectory.stats.searches == 0

@@ -1,0 +1,77 @@
+"""Bootstrap intervals, paired tests and the aggregates of `summary.json`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from searchrl.eval.stats import macro_mean_ci, mean_ci, paired_test
+from searchrl.eval.summary import category, search_bucket, summarize
+
+
+def test_interval_brackets_the_mean_and_shrinks_with_n() -> None:
+    rng = np.random.default_rng(1)
+    small = mean_ci(rng.integers(0, 2, 40).tolist(), 2000, 0.95, seed=0)
+    large = mean_ci(rng.integers(0, 2, 4000).tolist(), 2000, 0.95, seed=0)
+    assert small.low < small.mean < small.high and large.low < large.mean < large.high
+    assert large.high - large.low < (small.high - small.low) / 5
+    # ~95% normal-approximation width for p=0.5, n=4000: 2 * 1.96 * sqrt(.25/4000) = 0.031
+    assert abs((large.high - large.low) - 0.031) < 0.006
+
+
+def test_degenerate_samples_get_a_point_interval() -> None:
+    assert mean_ci([1.0, 1.0, 1.0], 100, 0.95, 0).to_json() == {
+        "mean": 1.0, "low": 1.0, "high": 1.0, "n": 3}  # fmt: skip
+    assert mean_ci([0.5], 100, 0.95, 0).low == 0.5
+    assert mean_ci([], 100, 0.95, 0).n == 0
+
+
+def test_macro_mean_is_the_mean_of_set_means() -> None:
+    estimate = macro_mean_ci([[1, 1, 1, 0], [0, 0]], 500, 0.95, 0)
+    assert estimate.mean == pytest.approx((0.75 + 0.0) / 2)
+    assert estimate.low <= estimate.mean <= estimate.high and estimate.n == 6
+
+
+def test_paired_test_counts_and_exact_sign_test() -> None:
+    a = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
+    b = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    result = paired_test(a, b, 1000, 0.95, 0)
+    assert (result.wins, result.losses, result.ties) == (8, 0, 2)
+    assert result.p_value == pytest.approx(2 / 2**8)  # two-sided binomial, 8 of 8
+    assert result.diff == pytest.approx(0.8) and result.low > 0
+    same = paired_test([1, 0, 1], [1, 0, 1], 100, 0.95, 0)
+    assert same.p_value == 1.0 and same.ties == 3
+    with pytest.raises(ValueError):
+        paired_test([1], [1, 0], 100, 0.95, 0)
+
+
+def row(set_name: str, em: float, searches: int, hops: int | None = None) -> dict:
+    return {"id": f"{set_name}{em}{searches}{hops}", "set": set_name, "em": em, "f1": em,
+            "subem": em, "searches": searches, "turns": searches + 1, "tokens": 10.0,
+            "latency": 0.1, "hops": hops}  # fmt: skip
+
+
+def test_categories_and_buckets() -> None:
+    assert category(row("nq", 1, 0)) == "general"
+    assert category(row("musique", 1, 0, 3)) == "multi-hop"
+    assert category(row("world", 1, 0, 1)) == "general"
+    assert category(row("world", 1, 0, 3)) == "multi-hop"
+    assert category(row("mine", 1, 0)) == "unknown"
+    assert [search_bucket(row("x", 0, n)) for n in (0, 3, 4, 9)] == ["0", "3", "4+", "4+"]
+
+
+def test_summary_groups() -> None:
+    rows = [row("hotpotqa", 1, 2), row("nq", 0, 1), row("nq", 1, 1),
+            row("world", 1, 4, 2), row("world", 0, 12, 10)]  # fmt: skip
+    summary = summarize(rows, 200, 0.95)
+    assert list(summary["by_set"]) == ["nq", "hotpotqa", "world"]  # the papers' order first
+    assert summary["overall"]["em"]["mean"] == pytest.approx(3 / 5)
+    assert summary["average"]["em"]["mean"] == pytest.approx((0.5 + 1 + 0.5) / 3)
+    assert summary["by_category"]["general"]["n"] == 2
+    assert summary["by_category"]["multi-hop"]["n"] == 3
+    assert list(summary["by_hops"]) == ["2", "10"]
+    assert list(summary["by_searches"]) == ["1", "2", "4+"]
+    assert summary["by_searches"]["4+"]["n"] == 2
+    for block in summary["by_set"].values():
+        for metric in ("em", "f1", "subem", "searches", "turns", "tokens", "latency"):
+            assert {"mean", "low", "high", "n"} <= set(block[metric])
