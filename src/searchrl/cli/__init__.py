@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from searchrl.cli import data, demo, eval, retrieval, rollout, train
+from searchrl.cli import data, demo, eval, report, retrieval, rollout, train
 from searchrl.cli.boundary import DEBUG_ENV, SearchRLGroup
 from searchrl.utils.threads import apply_threads
 
@@ -34,7 +34,7 @@ def root(
     """Train and evaluate LLMs that reason while calling a search engine (Search-R1/R2)."""
 
 
-for module in (retrieval, data, rollout, train, demo, eval):
+for module in (retrieval, data, rollout, train, demo, eval, report):
     module.register(app)
 
 

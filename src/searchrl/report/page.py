@@ -1,0 +1,242 @@
+"""The report page: one self-contained HTML file. Styles, the viewer's script, the charts (inline
+SVG) and the trajectories (a JSON block) are all inside it; it references no URL, so it works
+offline from disk and can be mailed around.
+
+Every string that comes from data is escaped here (`html.escape`) or, in the viewer, written
+with `textContent`; the JSON block escapes `</` so no trajectory text can close the script.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+from searchrl.eval.compare import compare_pairs, paired_rows
+from searchrl.eval.summary import set_order
+from searchrl.report.collect import Evaluation, TrainingRun
+
+METRIC_COLUMNS = (
+    ("em", "EM"),
+    ("f1", "F1"),
+    ("subem", "SubEM"),
+    ("searches", "searches"),
+    ("turns", "turns"),
+    ("tokens", "tokens"),
+    ("latency", "latency s"),
+)
+
+
+def _asset(name: str) -> str:
+    return resources.files("searchrl.report").joinpath("assets", name).read_text("utf-8")
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text of any value."""
+    return html.escape(str(value), quote=True)
+
+
+def fmt_estimate(estimate: dict[str, Any] | None, digits: int = 3) -> str:
+    """`mean [low, high]`."""
+    if not estimate or estimate.get("mean") is None:
+        return "–"
+    mean, low, high = estimate["mean"], estimate["low"], estimate["high"]
+    if low == high:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} <small>[{low:.{digits}f}, {high:.{digits}f}]</small>"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _block_rows(blocks: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, block in blocks.items():
+        cells = [esc(name), str(block.get("n", ""))]
+        digits = {"searches": 2, "turns": 2, "tokens": 0, "latency": 2}
+        cells += [fmt_estimate(block.get(k), digits.get(k, 3)) for k, _ in METRIC_COLUMNS]
+        rows.append(cells)
+    return rows
+
+
+def runs_section(runs: Sequence[TrainingRun], panels: Sequence[tuple[str, str, str]]) -> str:
+    """Training runs: a table and the Figure 2 panels."""
+    if not runs:
+        return '<section id="training"><h2>Training curves</h2><p>No training runs.</p></section>'
+    rows = []
+    for run in runs:
+        last = run.rows[-1] if run.rows else {}
+        evals = [r for r in run.rows if "val/em" in r]
+        kind = "RL" if any("critic/score/mean" in r for r in run.rows) else "SFT"
+        rows.append(
+            [
+                esc(run.label),
+                kind,
+                str(last.get("step", "–")),
+                f"{last['critic/score/mean']:.3f}" if "critic/score/mean" in last else "–",
+                f"{evals[0]['val/em']:.3f} → {evals[-1]['val/em']:.3f}" if evals else "–",
+                esc(run.config.get("seed", "–")),
+            ]
+        )
+    table = _table(
+        ["run", "kind", "last step", "last train reward", "held-out EM (first → last)", "seed"],
+        rows,
+        "runs-table",
+    )
+    figures = "".join(
+        f'<figure class="chart" data-metric="{esc(key)}"><figcaption>{esc(title)}</figcaption>'
+        f"{svg}</figure>"
+        for key, title, svg in panels
+    )
+    return (
+        f'<section id="training"><h2>Training curves</h2>{table}'
+        f'<div class="charts">{figures}</div></section>'
+    )
+
+
+def evaluation_block(ev: Evaluation) -> str:
+    """One evaluation: per set, overall and average; then by category, hops and searches."""
+    summary = ev.summary
+    headers = ["group", "n"] + [label for _, label in METRIC_COLUMNS]
+    main = {**summary.get("by_set", {}), "overall": summary.get("overall", {})}
+    average = summary.get("average", {})
+    rows = _block_rows(main)
+    if average:
+        rows.append(
+            ["average of sets", str(average.get("sets", ""))]
+            + [fmt_estimate(average.get(k)) for k, _ in METRIC_COLUMNS]
+        )
+    parts = [
+        f'<div class="evaluation" id="eval-{esc(ev.label)}"><h3>{esc(ev.label)}</h3>',
+        f"<p>method <b>{esc(ev.method)}</b>, model <code>{esc(ev.model)}</code>, "
+        f"{summary.get('n', len(ev.rows))} questions"
+        + (f", <b>{summary['missing']} missing</b>" if summary.get("missing") else "")
+        + "; 95% bootstrap intervals in brackets.</p>",
+        _table(headers, rows, "eval-table"),
+    ]
+    for key, title in (
+        ("by_category", "general vs multi-hop"),
+        ("by_hops", "by hop count"),
+        ("by_searches", "by number of searches"),
+    ):
+        if summary.get(key):
+            table = _table(headers, _block_rows(summary[key]), "eval-table")
+            parts.append(f"<details><summary>{esc(title)}</summary>{table}</details>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def comparison_section(
+    evals: Sequence[Evaluation], bars: str | None, reference: str, resamples: int
+) -> str:
+    """EM of every evaluation per set, the bar chart, and paired tests against a reference."""
+    if not evals:
+        return '<section id="comparison"><h2>Method comparison</h2><p>No evaluations.</p></section>'
+    sets = sorted({s for e in evals for s in e.summary.get("by_set", {})}, key=set_order)
+    rows = []
+    for ev in evals:
+        by_set = ev.summary.get("by_set", {})
+        rows.append(
+            [esc(ev.label), esc(ev.method)]
+            + [fmt_estimate(by_set.get(s, {}).get("em")) for s in sets]
+            + [fmt_estimate(ev.summary.get("average", {}).get("em"))]
+        )
+    table = _table(["evaluation", "method", *sets, "average"], rows, "comparison-table")
+    chart = (
+        (
+            f'<figure class="chart" data-metric="overall-em"><figcaption>overall EM'
+            f"</figcaption>{bars}</figure>"
+        )
+        if bars
+        else ""
+    )
+    ref = next((e for e in evals if e.method == reference), evals[0])
+    paired = []
+    for ev in evals:
+        if ev is ref:
+            continue
+        pairs, _ = paired_rows(ref.rows, ev.rows)
+        result = compare_pairs(pairs, "em", resamples).get("overall")
+        if result is None:
+            continue
+        interval = f"<small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
+        paired.append(
+            [
+                esc(ref.label),
+                esc(ev.label),
+                str(result["n"]),
+                f"{result['diff']:+.3f} {interval}",
+                f"{result['wins']} / {result['losses']} / {result['ties']}",
+                f"{result['p_value']:.3g}",
+            ]
+        )
+    tests = (
+        _table(
+            [
+                "A",
+                "B",
+                "shared questions",
+                "EM A − B [95% CI]",
+                "A wins / B wins / ties",
+                "sign-test p",
+            ],
+            paired,
+            "paired-table",
+        )
+        if paired
+        else ""
+    )
+    return (
+        f'<section id="comparison"><h2>Method comparison</h2>{table}{chart}'
+        f"<h3>Paired tests on shared questions</h3>{tests or '<p>No shared questions.</p>'}"
+        "</section>"
+    )
+
+
+def viewer_section(records: Sequence[dict[str, Any]]) -> str:
+    """Filters, the list and the detail pane; the viewer script fills them from the JSON."""
+    data = json.dumps(list(records), ensure_ascii=False).replace("</", "<\\/")
+    return (
+        '<section id="viewer"><h2>Trajectories</h2>'
+        '<div class="filters">'
+        '<label>source <select id="f-source"></select></label>'
+        '<label>set <select id="f-set"></select></label>'
+        '<label>hops <select id="f-hops"></select></label>'
+        '<label>answer <select id="f-correct"><option value="">all</option>'
+        '<option value="1">correct</option><option value="0">incorrect</option></select></label>'
+        '<label>refined <select id="f-refined"><option value="">all</option>'
+        '<option value="1">revised by the Meta-Refiner</option></select></label>'
+        '<label>text <input id="f-text" type="search" placeholder="question contains…"></label>'
+        '<span id="f-count"></span></div>'
+        '<div class="viewer"><div class="list"><table id="traj-list"><thead><tr><th>source</th>'
+        "<th>set</th><th>hops</th><th>EM</th><th>searches</th><th>question</th></tr></thead>"
+        '<tbody></tbody></table></div><div id="traj-detail"><p>Pick a trajectory.</p></div></div>'
+        f'<script type="application/json" id="traj-data">{data}</script></section>'
+    )
+
+
+def render_page(sections: Sequence[str], sources: Sequence[str]) -> str:
+    """The whole document."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    listed = ", ".join(f"<code>{esc(s)}</code>" for s in sources)
+    links = (
+        ("training", "training"),
+        ("evaluations", "evaluations"),
+        ("comparison", "comparison"),
+        ("viewer", "trajectories"),
+    )
+    nav = "<nav>" + " · ".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>searchrl report</title><style>{_asset('report.css')}</style></head><body>"
+        f"<header><h1>searchrl report</h1><p>{stamp} · from {listed}</p>{nav}</header>"
+        + "".join(sections)
+        + f"<script>{_asset('viewer.js')}</script></body></html>\n"
+    )
