@@ -4,9 +4,12 @@ directory, a real BM25 index of a generated world, the world's test split (which
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from test_server import serving
 from typer.testing import CliRunner
 
 from searchrl.cli import app
@@ -16,6 +19,7 @@ from searchrl.data.benchmarks import write_flashrag_jsonl
 from searchrl.data.world import generate_world
 from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
 from searchrl.retrieval.bm25 import BM25Retriever
+from searchrl.retrieval.server import create_app
 
 SHORT = ["--set", "rollout.max_response_tokens=6", "--set", "rollout.max_turns=1"]
 
@@ -85,6 +89,21 @@ def test_eval_compare_and_judge(setup, tmp_path: Path) -> None:
     judged = json.loads((tmp_path / "judge.json").read_text())
     counts = judged["overall"]["non_redundancy"]
     assert counts["wins"] + counts["losses"] + counts["ties"] + counts["unscored"] == 4
+
+
+def test_eval_against_a_retrieval_server(setup, tmp_path: Path) -> None:
+    app = create_app(lambda: BM25Retriever.load(setup["index"]))
+    with serving(app) as base:
+        client = httpx.Client()
+        deadline = time.monotonic() + 20
+        while client.get(f"{base}/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        args = ["eval", "--method", "search-o1", "--data", str(setup["data"]), "--url"]
+        args += [f"{base}/retrieve", "--model", str(setup["model"]), "--limit", "2"]
+        run([*args, "--out", str(tmp_path / "o1"), *SHORT])
+    rows = lines(tmp_path / "o1")
+    assert len(rows) == 2 and all(r["method"] == "search-o1" for r in rows)
 
 
 def test_eval_refuses_incomplete_requests(setup, tmp_path: Path) -> None:
