@@ -28,13 +28,13 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def trajectory(i: int, correct: bool, refined: bool = False) -> Trajectory:
+def trajectory(i: int, correct: bool, refined: bool = False, source: str = "nq") -> Trajectory:
     traj = Trajectory(
-        id=f"nq:{i}#0",
+        id=f"{source}:{i}#0",
         question=f"What is the capital of France ({i})?",
         golden_answers=["Paris"],
         prompt="<prompt>",
-        uid=f"nq:{i}",
+        uid=f"{source}:{i}",
     )
     answer = "Paris" if correct else "Lyon"
     traj.append(
@@ -53,8 +53,9 @@ def trajectory(i: int, correct: bool, refined: bool = False) -> Trajectory:
     return traj
 
 
-def training_run(folder: Path, seed: int, rewards: list[float]) -> None:
-    config = {"seed": seed, "steps": len(rewards), "algo": {"advantage": "grpo"}}
+def training_run(folder: Path, seed: int, rewards: list[float], world: Path) -> None:
+    data = {"world_dir": str(world), "eval_split": "test"}
+    config = {"seed": seed, "steps": len(rewards), "algo": {"advantage": "grpo"}, "data": data}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows: list[dict] = [{"step": 0, "val/em": 0.2 + 0.01 * seed}]
@@ -71,7 +72,7 @@ def training_run(folder: Path, seed: int, rewards: list[float]) -> None:
         )
     rows[-1]["val/em"] = 0.3 + 0.02 * seed
     _jsonl(folder / "metrics.jsonl", rows)
-    trajs = [trajectory(0, True), trajectory(1, False, refined=True)]
+    trajs = [trajectory(0, True, source="world"), trajectory(1, False, True, source="world")]
     _jsonl(
         folder / "trajectories" / f"eval_step_{len(rewards)}.jsonl", [t.to_json() for t in trajs]
     )
@@ -109,9 +110,18 @@ def evaluation(folder: Path, method: str, correct: list[bool]) -> None:
 
 
 def build(root: Path) -> Path:
-    """`root/runs/{grpo_s0,grpo_s1,sft}` and `root/evals/{search-r1,search-r2}`."""
-    training_run(root / "runs" / "grpo_s0", 0, [0.2, 0.3, 0.4])
-    training_run(root / "runs" / "grpo_s1", 1, [0.25, 0.35, 0.5])
+    """`root/world/test.jsonl`, `root/runs/{grpo_s0,grpo_s1,sft}` (the GRPO runs evaluated on
+    that world) and `root/evals/{search-r1,search-r2}`."""
+    world = root / "world"
+    _jsonl(
+        world / "test.jsonl",
+        [
+            {"id": str(i), "question": f"q{i}", "golden_answers": ["Paris"], "hops": 2 + i}
+            for i in range(2)
+        ],
+    )
+    training_run(root / "runs" / "grpo_s0", 0, [0.2, 0.3, 0.4], world)
+    training_run(root / "runs" / "grpo_s1", 1, [0.25, 0.35, 0.5], world)
     sft = root / "runs" / "sft"
     sft.mkdir(parents=True)
     (sft / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "source": "references"}))

@@ -35,6 +35,8 @@ def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
     assert len(records) == 8 + 8 + 2 + 2
     assert {r["source"] for r in records} >= {"evals/search-r1", "runs/grpo_s0 @ step 3"}
     assert any(r["refinement"] and r["refinement"]["revised"] for r in records)
+    trained = [r for r in records if r["source"] == "runs/grpo_s0 @ step 3"]
+    assert [r["hops"] for r in trained] == [2, 3]  # looked up in the run's world
     assert HOSTILE not in page  # the raw text never appears unescaped
 
 

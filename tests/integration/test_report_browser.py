@@ -84,7 +84,7 @@ def test_report_in_chromium(browser, tmp_path: Path) -> None:
     assert page.locator("#traj-list tbody td.ok").count() == 0
     page.select_option("#f-correct", "")
     page.select_option("#f-hops", "2")
-    assert rows.count() == 6  # hops = 1 + i % 3 is 2 for rows 1, 4, 7 of both evaluations
+    assert rows.count() == 8  # rows 1, 4, 7 of both evaluations and one per training run
     page.select_option("#f-hops", "")
 
     page.select_option("#f-refined", "1")

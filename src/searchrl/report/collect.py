@@ -19,11 +19,14 @@ from typing import Any
 
 import yaml
 
+from searchrl.data.benchmarks import DataError, load_flashrag_jsonl
 from searchrl.eval.store import read_samples
 
 _SKIP_DIRS = {"checkpoints", "tensorboard", "model", "world", "__pycache__", ".git"}
 _MAX_DEPTH = 5
 _EVAL_STEP = re.compile(r"eval_step_(\d+)\.jsonl$")
+WORLD_SOURCE = "world"
+"""The source name training gives world questions (`train.environment.WORLD_SOURCE`)."""
 
 
 @dataclass
@@ -141,6 +144,20 @@ def _refinement(value: Any) -> dict[str, Any] | None:
     return {k: value.get(k) for k in keys if k in value}
 
 
+def _world_hops(run: TrainingRun) -> dict[str, int]:
+    """uid → hops of the run's held-out split, read from its world folder when it is there
+    (training trajectories do not record hops)."""
+    data = run.config.get("data") or {}
+    path = Path(str(data.get("world_dir") or "")) / f"{data.get('eval_split', 'test')}.jsonl"
+    if not data.get("world_dir") or not path.is_file():
+        return {}
+    try:
+        questions = load_flashrag_jsonl(path, WORLD_SOURCE)
+    except DataError:
+        return {}
+    return {q.uid: q.hops for q in questions if q.hops is not None}
+
+
 def viewer_record(source: str, traj: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
     """A trajectory as the viewer reads it (token ids dropped). `row` is the evaluation row
     that holds it (set, hops, documents), None for a training run's trajectory."""
@@ -185,6 +202,9 @@ def trajectory_records(
         if path is None:
             continue
         step = _EVAL_STEP.search(path.name).group(1)  # type: ignore[union-attr]
+        hops = _world_hops(run)
         for traj in _read_jsonl(path)[:per_source]:
-            records.append(viewer_record(f"{run.label} @ step {step}", traj, None))
+            record = viewer_record(f"{run.label} @ step {step}", traj, None)
+            record["hops"] = hops.get(str(traj.get("uid", "")))
+            records.append(record)
     return records
