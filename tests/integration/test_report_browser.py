@@ -35,7 +35,7 @@ def _chromium() -> str:
     found = os.environ.get("SEARCHRL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(found).is_file():
         pytest.skip(
-            "browser test of the report skipped: no Chromium at /usr/bin/chromium "
+            f"browser test of the report skipped: no Chromium at {found} "
             "(apt-get install chromium, or set SEARCHRL_CHROMIUM)"
         )
     return found
