@@ -47,7 +47,7 @@ from searchrl.rollout.sampler import encode_prompt, row_seed
 from searchrl.types import Hit, Question, SearchCall, Trajectory
 
 ANSWER_CLOSE = "</answer>"
-_ANSWER_IS = re.compile(r"\banswer is:?\s*(.+?)\s*(?:\.\s*)?$", re.IGNORECASE | re.DOTALL)
+_ANSWER_IS = re.compile(r"\banswer is:?\s*(\w.*?)\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
 _REASONING_CHARS = 2000
 """Reason-in-Documents sees at most this much of the reasoning so far (its most recent end)."""
 

@@ -118,3 +118,11 @@ def test_trained_policies_use_the_rollout_engine(tokenizer, docs) -> None:
     (r1,) = method("r1").run([FRANCE], ctx(tokenizer, script, retriever))
     assert r1_prompt(FRANCE.question) in r1.trajectory.prompt
     assert r1.trajectory.stats.searches == 0
+
+
+def test_ircot_accepts_its_own_answer_is_ending(tokenizer, docs) -> None:
+    replies = iter(["I wonder what the answer is.\n", "So the answer is Dijon.\n"])
+    context = ctx(tokenizer, lambda c: next(replies), DictRetriever(docs))
+    (out,) = method("ircot").run([EIFFEL], context)
+    assert out.trajectory.answer == "Dijon" and out.trajectory.metrics["em"] == 1.0
+    assert out.trajectory.stats.searches == 2  # the question, then the first line
