@@ -87,21 +87,22 @@ def indexes(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cells(args: argparse.Namespace) -> list[Cell]:
-    """Every cell to evaluate, in table order; trained methods only with a checkpoint."""
-    methods = [
-        m
-        for m in args.methods.split(",")
-        if m in PROMPTED or getattr(args, m.replace("-", "_"), None)
-    ]
+    """Every cell to evaluate: the world first, then the QA sets without retrieval, then per
+    retriever; trained methods only with a checkpoint."""
+    given = [m for m in args.methods.split(",") if m in PROMPTED or _checkpoint(args, m)]
     out = []
     for data, retrievers in (("world", ["bm25"]), ("wiki", args.retrievers.split(","))):
         if data == "world" and args.world is None:
             continue
-        for name in methods:
-            spec = lookup(name)
-            for retriever in retrievers if spec.retrieval else ["none"]:
-                out.append(Cell(data, retriever, name))
+        for retriever in ["none", *retrievers]:
+            for name in given:
+                if lookup(name).retrieval == (retriever != "none"):
+                    out.append(Cell(data, retriever, name))
     return out
+
+
+def _checkpoint(args: argparse.Namespace, method: str) -> Path | None:
+    return getattr(args, method.replace("-", "_"), None) if method in TRAINED else None
 
 
 def run_cells(args: argparse.Namespace, todo: list[Cell], console: Console) -> None:
@@ -119,9 +120,7 @@ def run_cells(args: argparse.Namespace, todo: list[Cell], console: Console) -> N
         return load_index(found[name])
 
     for cell in todo:
-        checkpoint = (
-            getattr(args, cell.method.replace("-", "_"), None) if cell.method in TRAINED else None
-        )
+        checkpoint = _checkpoint(args, cell.method)
         model = str(checkpoint) if checkpoint else "embedded"
         config = replace(
             base,

@@ -132,6 +132,34 @@ def evaluation_block(ev: Evaluation) -> str:
     return "".join(parts)
 
 
+PAIRED_HEADERS = (
+    "A",
+    "B",
+    "shared questions",
+    "EM A − B [95% CI]",
+    "A wins / B wins / ties",
+    "sign-test p",
+)
+
+
+def _paired_rows(evals: Sequence[Evaluation], ref: Evaluation, resamples: int) -> list[list[str]]:
+    """`ref` against every other evaluation, on the questions both answered."""
+    rows = []
+    for ev in evals:
+        if ev is ref:
+            continue
+        pairs, _ = paired_rows(ref.rows, ev.rows)
+        result = compare_pairs(pairs, "em", resamples).get("overall")
+        if result is None:
+            continue
+        interval = f"<small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
+        counts = f"{result['wins']} / {result['losses']} / {result['ties']}"
+        diff = f"{result['diff']:+.3f} {interval}"
+        labels = [esc(ref.label), esc(ev.label), str(result["n"])]
+        rows.append([*labels, diff, counts, f"{result['p_value']:.3g}"])
+    return rows
+
+
 def comparison_section(
     evals: Sequence[Evaluation], bars: str | None, reference: str, resamples: int
 ) -> str:
@@ -142,60 +170,23 @@ def comparison_section(
     rows = []
     for ev in evals:
         by_set = ev.summary.get("by_set", {})
-        rows.append(
-            [esc(ev.label), esc(ev.method)]
-            + [fmt_estimate(by_set.get(s, {}).get("em")) for s in sets]
-            + [fmt_estimate(ev.summary.get("average", {}).get("em"))]
-        )
+        ems = [fmt_estimate(by_set.get(s, {}).get("em")) for s in sets]
+        average = fmt_estimate(ev.summary.get("average", {}).get("em"))
+        rows.append([esc(ev.label), esc(ev.method), *ems, average])
     table = _table(["evaluation", "method", *sets, "average"], rows, "comparison-table")
-    chart = (
-        (
-            f'<figure class="chart" data-metric="overall-em"><figcaption>overall EM'
-            f"</figcaption>{bars}</figure>"
-        )
-        if bars
-        else ""
-    )
+    chart = ""
+    if bars:
+        caption = "<figcaption>overall EM by evaluation (95% CI)</figcaption>"
+        figure = f'<figure class="chart" data-metric="overall-em">{caption}{bars}</figure>'
+        chart = f'<div class="charts">{figure}</div>'
     ref = next((e for e in evals if e.method == reference), evals[0])
-    paired = []
-    for ev in evals:
-        if ev is ref:
-            continue
-        pairs, _ = paired_rows(ref.rows, ev.rows)
-        result = compare_pairs(pairs, "em", resamples).get("overall")
-        if result is None:
-            continue
-        interval = f"<small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
-        paired.append(
-            [
-                esc(ref.label),
-                esc(ev.label),
-                str(result["n"]),
-                f"{result['diff']:+.3f} {interval}",
-                f"{result['wins']} / {result['losses']} / {result['ties']}",
-                f"{result['p_value']:.3g}",
-            ]
-        )
+    paired = _paired_rows(evals, ref, resamples)
     tests = (
-        _table(
-            [
-                "A",
-                "B",
-                "shared questions",
-                "EM A − B [95% CI]",
-                "A wins / B wins / ties",
-                "sign-test p",
-            ],
-            paired,
-            "paired-table",
-        )
-        if paired
-        else ""
+        _table(PAIRED_HEADERS, paired, "paired-table") if paired else "<p>No shared questions.</p>"
     )
     return (
         f'<section id="comparison"><h2>Method comparison</h2>{table}{chart}'
-        f"<h3>Paired tests on shared questions</h3>{tests or '<p>No shared questions.</p>'}"
-        "</section>"
+        f"<h3>Paired tests on shared questions</h3>{tests}</section>"
     )
 
 
