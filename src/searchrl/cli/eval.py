@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from searchrl.config.eval import EvalConfig, JudgeConfig
+from searchrl.config.eval import EvalConfig, RubricConfig
 from searchrl.config.loading import from_dict
 
 app = typer.Typer(
@@ -198,7 +198,7 @@ def judge(
     from searchrl.eval.rubric import DIMENSIONS, judge_runs
 
     values = {"kind": kind, "url": url, "model": judge_model, "per_set": per_set}
-    config: JudgeConfig = _config(JudgeConfig, values, overrides or [])
+    config: RubricConfig = _config(RubricConfig, values, overrides or [])
     result = judge_runs(first, second, config)
     table = Table(title=f"trajectory quality: A = {first}  vs  B = {second} ({config.kind})")
     for column in ("dimension", "A wins", "B wins", "ties", "not scored"):

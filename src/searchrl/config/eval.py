@@ -45,7 +45,7 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
-class JudgeConfig:
+class RubricConfig:
     """The six-dimension trajectory-quality comparison of two evaluations."""
 
     kind: str = "rule"

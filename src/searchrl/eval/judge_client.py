@@ -18,7 +18,7 @@ import orjson
 import urllib3
 from urllib3.exceptions import HTTPError as TransportError
 
-from searchrl.config.eval import JudgeConfig
+from searchrl.config.eval import RubricConfig
 
 
 class JudgeError(RuntimeError):
@@ -28,7 +28,7 @@ class JudgeError(RuntimeError):
 class ChatClient:
     """`complete(messages)` → the assistant's text."""
 
-    def __init__(self, config: JudgeConfig):
+    def __init__(self, config: RubricConfig):
         if not config.url:
             raise JudgeError("an LLM judge needs an endpoint URL (--url http://host:port/v1)")
         self.config = config

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from searchrl.config.eval import JudgeConfig
+from searchrl.config.eval import RubricConfig
 from searchrl.eval.compare import load_rows, paired_rows
 from searchrl.eval.judge_client import ChatClient, JudgeError
 from searchrl.eval.summary import set_order
@@ -198,7 +198,7 @@ class HybridJudge:
         return merge(rule_a, llm_a), merge(rule_b, llm_b)
 
 
-def make_judge(config: JudgeConfig) -> Judge:
+def make_judge(config: RubricConfig) -> Judge:
     """The judge `config.kind` names."""
     if config.kind == "rule":
         return RuleJudge()
@@ -253,7 +253,7 @@ def sample_pairs(
     return picked
 
 
-def judge_runs(first: Path, second: Path, config: JudgeConfig) -> dict[str, Any]:
+def judge_runs(first: Path, second: Path, config: RubricConfig) -> dict[str, Any]:
     """A vs B from two evaluation folders: per-dimension counts per set and overall, plus
     every pair's scores and the order it was shown in."""
     pairs, unmatched = paired_rows(load_rows(first), load_rows(second))

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from searchrl.config.eval import JudgeConfig
+from searchrl.config.eval import RubricConfig
 from searchrl.eval.judge_client import ChatClient, JudgeError
 from searchrl.eval.rubric import (
     DIMENSIONS,
@@ -140,7 +140,7 @@ def test_llm_judge_over_http_counts_wins_losses_and_ties(endpoint, tmp_path) -> 
     plain = [traj_row(f"q{i}", "x", {}, [], text="plain reasoning") for i in range(20)]
     a = write_run(tmp_path / "a", good)
     b = write_run(tmp_path / "b", plain)
-    config = JudgeConfig(kind="llm", url=endpoint, model="judge", per_set=0, retries=0)
+    config = RubricConfig(kind="llm", url=endpoint, model="judge", per_set=0, retries=0)
     result = judge_runs(a, b, config)
     assert result["pairs"] == 20 and len(_Judge.requests) == 20
     assert _Judge.requests[0]["model"] == "judge" and _Judge.requests[0]["temperature"] == 0.0
@@ -148,20 +148,20 @@ def test_llm_judge_over_http_counts_wins_losses_and_ties(endpoint, tmp_path) -> 
     assert orders == {"AB", "BA"}
     for dim in DIMENSIONS:
         assert result["overall"][dim] == {"wins": 20, "losses": 0, "ties": 0, "unscored": 0}
-    rule = judge_runs(a, a, JudgeConfig(kind="rule", per_set=0))
+    rule = judge_runs(a, a, RubricConfig(kind="rule", per_set=0))
     assert rule["overall"]["non_redundancy"]["ties"] == 20
     assert rule["overall"]["coherence"]["unscored"] == 20  # no rule: unscored, not a tie
 
 
 def test_llm_judge_leaves_unparsable_replies_unscored(endpoint) -> None:
-    judge = LLMJudge(ChatClient(JudgeConfig(kind="llm", url=endpoint, retries=1)), retries=1)
+    judge = LLMJudge(ChatClient(RubricConfig(kind="llm", url=endpoint, retries=1)), retries=1)
     a, b = judge.score_pair(traj_row("q", "x", {}, [], "GARBLE"), traj_row("q", "x", {}, []))
     assert set(a.values()) == {None} and set(b.values()) == {None}
     assert len(_Judge.requests) == 2  # retried once
 
 
 def test_client_reports_an_unreachable_endpoint() -> None:
-    client = ChatClient(JudgeConfig(url="http://127.0.0.1:9/v1", retries=1, timeout_s=2))
+    client = ChatClient(RubricConfig(url="http://127.0.0.1:9/v1", retries=1, timeout_s=2))
     with pytest.raises(JudgeError, match="2 attempts failed"):
         client.complete([{"role": "user", "content": "hi"}])
 
