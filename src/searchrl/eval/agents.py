@@ -143,20 +143,25 @@ class _Steps:
         row.traj.stats.truncated = row.traj.stats.truncated or truncated
 
 
-def _policy_text(traj: Trajectory) -> str:
-    return "".join(s.text for s in traj.segments if s.role == "policy")
+def _answer(traj: Trajectory, answer_is: bool) -> str | None:
+    """The last complete `<answer>` block inside one policy turn (never one pieced together
+    across turns, as the rollout engine rules); IRCoT also accepts its own "the answer is X"
+    ending of the last turn."""
+    turns = [s.text for s in traj.segments if s.role == "policy"]
+    answers = [a for a in (extract_answer(t) for t in turns) if a is not None]
+    if answers:
+        return answers[-1]
+    if answer_is and turns:
+        match = _ANSWER_IS.search(turns[-1].strip())
+        return match.group(1).strip() if match else None
+    return None
 
 
 def _outcomes(rows: list[_Row], *, answer_is: bool) -> list[Outcome]:
-    """Answer (last `<answer>` block of the policy's text; IRCoT also accepts its own
-    "the answer is X" ending) and metrics for every row."""
+    """Answer and metrics for every row."""
     outcomes = []
     for row in rows:
-        text = _policy_text(row.traj)
-        answer = extract_answer(text)
-        if answer is None and answer_is:
-            match = _ANSWER_IS.search(text.strip().splitlines()[-1] if text.strip() else "")
-            answer = match.group(1).strip() if match else None
+        answer = _answer(row.traj, answer_is)
         row.traj.answer = answer
         row.traj.metrics = answer_metrics(answer, row.traj.golden_answers)
         if not row.traj.stats.stop_reason:

@@ -177,7 +177,7 @@ class RolloutEngine:
             row.traj.stats.generation_s += elapsed * len(out.token_ids) / max(generated, 1)
             row.turn += 1
             row.traj.stats.turns = row.turn
-            action = parse_action(out.text)
+            action = parse_action(out.text, self.config.search)
             if action.kind == "invalid":
                 row.traj.stats.invalid_actions += 1
             else:

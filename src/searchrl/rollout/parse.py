@@ -28,8 +28,9 @@ class Action:
     content: str = ""
 
 
-def parse_action(text: str) -> Action:
-    """The first search/answer block of `text`, else an invalid action."""
+def parse_action(text: str, search: bool = True) -> Action:
+    """The first search/answer block of `text`, else an invalid action. Without a search
+    engine (`search=False`, the R1 baseline) only an answer block is an action."""
     opened: dict[str, re.Match[str]] = {}
     blocks: dict[str, tuple[int, str]] = {}
     for tag in _TAG.finditer(text):
@@ -41,6 +42,8 @@ def parse_action(text: str) -> Action:
             blocks[name] = (start.start(), text[start.end() : tag.start()])
             if len(blocks) == 2:
                 break
+    if not search:
+        blocks.pop("search", None)
     if not blocks:
         return Action("invalid")
     name, (_, content) = min(blocks.items(), key=lambda item: item[1][0])

@@ -10,6 +10,7 @@ from rollout_fakes import DictRetriever, ScriptedBackend
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import r1_prompt, search_r1_prompt
 from searchrl.rollout.loop import run_rollouts
+from searchrl.rollout.parse import Action, parse_action
 from searchrl.types import Question
 
 FRANCE = Question("q1", "What is the capital of France", ("Paris",))
@@ -53,3 +54,10 @@ def test_search_on_keeps_the_search_r1_prompt_and_searches(tokenizer, docs) -> N
     assert traj.prompt == search_r1_prompt(FRANCE.question)
     assert retriever.calls[0] == ["capital of France"]
     assert traj.segments[0].text.endswith("</search>")
+
+
+def test_without_search_only_an_answer_block_is_an_action() -> None:
+    text = "<think>x</think><search> q </search> then <answer> Paris </answer>"
+    assert parse_action(text) == Action("search", "q")
+    assert parse_action(text, search=False) == Action("answer", "Paris")
+    assert parse_action("<search> q </search>", search=False) == Action("invalid")
