@@ -94,7 +94,7 @@ class Resources:
 def _run_record(config: EvalConfig) -> dict[str, Any]:
     return {
         "method": config.method,
-        "model": config.model.name_or_path,
+        "model": to_dict(config.model),
         "seed": config.seed,
         "rollout": to_dict(config.rollout),
         "reason_tokens": config.reason_tokens,

@@ -16,6 +16,7 @@ from eval_worker import SlowBackend, answer, questions
 from rollout_fakes import DictRetriever, ScriptedBackend
 
 from searchrl.config.eval import EvalConfig
+from searchrl.config.model import ModelConfig
 from searchrl.eval.harness import EvalError, Resources, evaluate, load_sets
 from searchrl.eval.store import SampleStore, StoreError
 from searchrl.models.loading import Policy
@@ -87,6 +88,9 @@ def test_a_folder_refuses_another_configuration(tokenizer, tmp_path) -> None:
     evaluate(config(), questions(2), tmp_path, counting.resources())
     with pytest.raises(EvalError, match="method"):
         evaluate(config(method="cot"), questions(2), tmp_path, counting.resources())
+    bf16 = config(model=ModelConfig(generation_dtype="bfloat16"))
+    with pytest.raises(EvalError, match="model"):
+        evaluate(bf16, questions(2), tmp_path, counting.resources())
 
 
 class FlakyRetriever(DictRetriever):
