@@ -88,8 +88,32 @@ def _build(cls: type[T], data: Any, prefix: str) -> T:
         close = difflib.get_close_matches(str(unknown[0]), sorted(names), n=1)
         hint = f"; did you mean {prefix}{close[0]}?" if close else ""
         raise ConfigError(f"unknown config key(s) {', '.join(prefix + u for u in unknown)}{hint}")
-    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs = {
+        k: _convert(_onto_default(fields[k], v), hints[k], prefix + k) for k, v in data.items()
+    }
     return cls(**kwargs)
+
+
+def _onto_default(field: dataclasses.Field[Any], value: Any) -> Any:
+    """A partial section is applied on top of its field's default: `rl.steps=5` on a
+    `DemoConfig` keeps the demo's own `rl` settings (its `default_factory`) instead of falling
+    back to every `TrainConfig` class default."""
+    if not isinstance(value, dict) or field.default_factory is dataclasses.MISSING:
+        return value
+    default = field.default_factory()
+    if not dataclasses.is_dataclass(default):
+        return value
+    return _deep_merge(to_dict(default), value)
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        inner = base.get(key)
+        both = isinstance(value, dict) and isinstance(inner, dict)
+        merged[key] = _deep_merge(inner, value) if both else value  # type: ignore[arg-type]
+    return merged
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
