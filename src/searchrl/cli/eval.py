@@ -69,7 +69,7 @@ def evaluate(
         return
     if method is None or not data or out is None:
         raise typer.BadParameter("--method, --data and --out are required")
-    from searchrl.eval.harness import EvalError, evaluate, load_sets
+    from searchrl.eval.harness import evaluate, load_sets
     from searchrl.eval.registry import method as lookup
 
     values: dict[str, Any] = {"method": method, "limit": limit, "batch_size": batch_size}
@@ -82,10 +82,7 @@ def evaluate(
     if spec.retrieval and (index is None) == (url is None):
         raise typer.BadParameter(f"{spec.name} searches: give exactly one of --index or --url")
     questions = load_sets(data, config.limit)
-    try:
-        summary = evaluate(config, questions, out, _resources(config, index, url))
-    except EvalError as err:
-        raise typer.BadParameter(str(err)) from err
+    summary = evaluate(config, questions, out, _resources(config, index, url))
     _print_summary(summary, out)
 
 

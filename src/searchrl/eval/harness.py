@@ -17,19 +17,9 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from searchrl.config.eval import EvalConfig
 from searchrl.config.loading import to_dict
@@ -39,11 +29,13 @@ from searchrl.eval.registry import MethodSpec, method
 from searchrl.eval.store import SampleStore
 from searchrl.eval.summary import summarize
 from searchrl.types import Question
+from searchrl.utils.errors import SearchRLError
+from searchrl.utils.progress import progress_bar
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-class EvalError(ValueError):
+class EvalError(SearchRLError, ValueError):
     """A bad request (unknown method, missing index, a folder holding another run)."""
 
 
@@ -152,24 +144,6 @@ def sample_row(
     }
 
 
-@contextmanager
-def _progress(enabled: bool, total: int, done: int, label: str) -> Iterator[Any]:
-    if not enabled:
-        yield None
-        return
-    columns = (
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns) as bar:
-        bar.add_task("", total=total, completed=done)
-        yield bar
-
-
 def evaluate(
     config: EvalConfig, questions: Sequence[Question], out: Path, resources: Resources
 ) -> dict[str, Any]:
@@ -211,7 +185,10 @@ def _generate(
     policy = resources.load_policy()
     ctx = Context(policy.backend, policy.tokenizer, retriever, config)
     total = already + len(todo)
-    with _progress(config.progress, total, already, spec.name) as bar:
+    bar = progress_bar(
+        spec.name, total, enabled=config.progress, unit="questions", completed=already
+    )
+    with bar as advance:
         for start in range(0, len(todo), max(config.batch_size, 1)):
             batch = todo[start : start + max(config.batch_size, 1)]
             tick = time.perf_counter()
@@ -226,5 +203,4 @@ def _generate(
             store.append(rows)
             if retriever is not None:
                 retriever.documents.clear()
-            if bar is not None:
-                bar.advance(bar.task_ids[0], len(batch))
+            advance(len(batch))

@@ -19,9 +19,10 @@ import urllib3
 from urllib3.exceptions import HTTPError as TransportError
 
 from searchrl.config.eval import RubricConfig
+from searchrl.utils.errors import SearchRLError
 
 
-class JudgeError(RuntimeError):
+class JudgeError(SearchRLError, RuntimeError):
     """The endpoint could not be reached or answered with something unusable."""
 
 

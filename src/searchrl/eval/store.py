@@ -18,8 +18,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from searchrl.utils.errors import SearchRLError
 
-class StoreError(RuntimeError):
+
+class StoreError(SearchRLError, RuntimeError):
     """The sample file is unusable (a corrupt line in the middle) or locked by another run."""
 
 

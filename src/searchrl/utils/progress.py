@@ -33,9 +33,11 @@ def progress_bar(
     enabled: bool = True,
     console: Console | None = None,
     unit: str = "",
+    completed: int = 0,
 ) -> Iterator[Advance]:
     """A bar `label ━━━━ 12/48 unit 0:00:31 ETA 0:01:40`; yields `advance(n)`. Disabled (tests,
-    non-zero ranks) or without a terminal to redraw it in (pipes, logs) it draws nothing."""
+    non-zero ranks) or without a terminal to redraw it in (pipes, logs) it draws nothing.
+    `completed` units were done before (a resumed stage): they do not count towards the rate."""
     console = console or Console(stderr=True)
     if not enabled or not console.is_terminal:
         yield _ignore
@@ -50,7 +52,7 @@ def progress_bar(
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task(label, total=total)
+        task = progress.add_task(label, total=total, completed=completed)
 
         def advance(n: int = 1) -> None:
             progress.update(task, advance=n)
