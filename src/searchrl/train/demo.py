@@ -1,8 +1,10 @@
 """The whole story on a laptop CPU, offline: generate a world → index it (BM25) → SFT warm
-start on reference trajectories → a few GRPO steps → held-out EM before and after RL.
+start on reference trajectories → a few GRPO steps → held-out EM before and after RL, with
+95% bootstrap intervals and the paired RL gain, per hop count → an HTML report.
 
 Writes into the run folder: `world/`, `sft/` (model, metrics), `grpo/` (metrics.jsonl,
-checkpoints, trajectories, model), `curves.png` and `summary.json`.
+checkpoints, trajectories, `model/` = the trained policy), `curves.png`, `summary.json` and
+`report.html`. A rerun into the same folder reuses every finished stage.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from rich.table import Table
 
 from searchrl.config.loading import to_dict
 from searchrl.config.train import DemoConfig
+from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import generate_world, write_world
+from searchrl.eval.stats import mean_ci, paired_test
+from searchrl.report import write_report
 from searchrl.train.run import sft, train
 
 COLUMNS = (
@@ -62,46 +67,91 @@ def plot_curves(rows: list[dict[str, float]], out: Path) -> None:
     plt.close(fig)
 
 
-def _table(before: dict[str, float], after: dict[str, float], n: int) -> Table:
-    table = Table(title=f"Held-out questions (n={n}, greedy)")
+def _scores(path: Path) -> dict[str, float]:
+    """uid → EM of each trajectory in a held-out evaluation file."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {row["uid"]: float(row["metrics"].get("em", 0.0)) for row in rows}
+
+
+def held_out_gain(
+    before: dict[str, float], after: dict[str, float], hops: dict[str, int | None], seed: int
+) -> dict[str, Any]:
+    """EM before and after RL on the same questions: means with 95% bootstrap intervals, the
+    paired gain with its interval and sign-test p-value, and EM per hop count."""
+    uids = sorted(before.keys() & after.keys())
+    a, b = [after[u] for u in uids], [before[u] for u in uids]
+    gain = paired_test(a, b, resamples=4000, confidence=0.95, seed=seed)
+    by_hops: dict[str, dict[str, float]] = {}
+    for h in sorted({hops.get(u) for u in uids}, key=lambda x: (x is None, x)):
+        members = [u for u in uids if hops.get(u) == h]
+        by_hops[str(h)] = {
+            "n": len(members),
+            "before": sum(before[u] for u in members) / len(members),
+            "after": sum(after[u] for u in members) / len(members),
+        }
+    return {
+        "n": len(uids),
+        "em_before": mean_ci(b, 4000, 0.95, seed).to_json(),
+        "em_after": mean_ci(a, 4000, 0.95, seed).to_json(),
+        "gain": gain.to_json(),
+        "em_by_hops": by_hops,
+    }
+
+
+def _table(result: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> Table:
+    table = Table(title=f"Held-out questions (n={result['n']}, greedy) — 95% bootstrap intervals")
     table.add_column("metric")
     table.add_column("after SFT (before RL)", justify="right")
     table.add_column("after GRPO", justify="right")
-    for label, key in COLUMNS:
+
+    def interval(est: dict[str, float]) -> str:
+        return f"{est['mean']:.3f} [{est['low']:.3f}, {est['high']:.3f}]"
+
+    table.add_row("EM", interval(result["em_before"]), interval(result["em_after"]))
+    for hop, row in result["em_by_hops"].items():
+        table.add_row(
+            f"  EM, {hop}-hop (n={row['n']})", f"{row['before']:.3f}", f"{row['after']:.3f}"
+        )
+    for label, key in COLUMNS[1:]:
         table.add_row(label, f"{before.get(key, 0.0):.3f}", f"{after.get(key, 0.0):.3f}")
+    gain = result["gain"]
+    table.caption = (
+        f"RL gain {gain['diff']:+.3f} EM, 95% CI [{gain['low']:+.3f}, {gain['high']:+.3f}] "
+        f"(paired bootstrap; {gain['wins']} questions won, {gain['losses']} lost, "
+        f"sign test p = {gain['p_value']:.2g})"
+    )
     return table
+
+
+def _world_and_sft(
+    config: DemoConfig, out: Path, console: Console
+) -> tuple[Path, dict[str, float]]:
+    """Stages 1-2, each reused when a previous run of this folder finished it."""
+    console.rule("1/3 world + BM25 index")
+    world_dir = out / "world"
+    if not (world_dir / "manifest.json").is_file():
+        manifest = write_world(generate_world(config.world), world_dir)
+        console.print(f"world: {manifest['passages']} passages, {manifest['questions']} questions")
+    console.rule("2/3 SFT warm start on reference trajectories")
+    summary_path = out / "sft" / "summary.json"
+    if summary_path.is_file():
+        result = json.loads(summary_path.read_text())
+    else:
+        sft_cfg = replace(config.sft, data=replace(config.sft.data, world_dir=str(world_dir)))
+        result = sft(sft_cfg, out / "sft")
+    console.print(f"SFT: {int(result['sft/examples'])} examples, loss {result['sft/loss']:.3f}")
+    return world_dir, result
 
 
 def run_demo(config: DemoConfig, out: Path, console: Console | None = None) -> dict[str, Any]:
     """Run every stage into `out`; returns the summary also written to `summary.json`."""
     console = console or Console()
     start = time.perf_counter()
-    timings: dict[str, float] = {}
     out.mkdir(parents=True, exist_ok=True)
+    world_dir, _ = _world_and_sft(config, out, console)
+    timings = {"world_and_sft_s": time.perf_counter() - start}
 
-    console.rule("1/4 world + BM25 index")
-    world_dir = out / "world"
-    tick = time.perf_counter()
-    if not (world_dir / "manifest.json").is_file():
-        world = generate_world(config.world)
-        manifest = write_world(world, world_dir)
-        console.print(f"world: {manifest['passages']} passages, {manifest['questions']} questions")
-    timings["world_s"] = time.perf_counter() - tick
-
-    console.rule("2/4 SFT warm start on reference trajectories")
-    tick = time.perf_counter()
-    summary_path = out / "sft" / "summary.json"
-    if summary_path.is_file():  # a rerun reuses a finished warm start
-        sft_result = json.loads(summary_path.read_text())
-    else:
-        sft_cfg = replace(config.sft, data=replace(config.sft.data, world_dir=str(world_dir)))
-        sft_result = sft(sft_cfg, out / "sft")
-    timings["sft_s"] = time.perf_counter() - tick
-    console.print(
-        f"SFT: {int(sft_result['sft/examples'])} examples, loss {sft_result['sft/loss']:.3f}"
-    )
-
-    console.rule("3/4 GRPO (evaluates before and after)")
+    console.rule("3/3 GRPO, held-out evaluation before and after")
     tick = time.perf_counter()
     rl = config.rl
     rl_cfg = replace(
@@ -109,24 +159,38 @@ def run_demo(config: DemoConfig, out: Path, console: Console | None = None) -> d
         data=replace(rl.data, world_dir=str(world_dir)),
         policy=replace(rl.policy, init_checkpoint=str(out / "sft" / "model")),
     )
-    train(rl_cfg, out / "grpo")
+    grpo = out / "grpo"
+    train(rl_cfg, grpo, resume=(grpo / "checkpoints").is_dir())
     timings["grpo_s"] = time.perf_counter() - tick
 
-    console.rule("4/4 results")
-    rows = read_metrics(out / "grpo" / "metrics.jsonl")
-    before = next(r for r in rows if r["step"] == 0)
-    after = [r for r in rows if "val/em" in r][-1]
+    rows = read_metrics(grpo / "metrics.jsonl")
+    before_row = next(r for r in rows if r["step"] == 0)
+    after_row = [r for r in rows if "val/em" in r][-1]
+    evals = grpo / "trajectories"
+    hops = {
+        q.uid: q.hops
+        for q in load_flashrag_jsonl(world_dir / f"{rl_cfg.data.eval_split}.jsonl", "world")
+    }
+    result = held_out_gain(
+        _scores(evals / "eval_step_0.jsonl"),
+        _scores(evals / f"eval_step_{int(after_row['step'])}.jsonl"),
+        hops,
+        rl_cfg.seed,
+    )
     plot_curves(rows, out / "curves.png")
-    console.print(_table(before, after, rl_cfg.data.eval_size))
+    console.print(_table(result, before_row, after_row))
+    report = write_report([out], out / "report.html")
     timings["total_s"] = time.perf_counter() - start
     summary = {
-        "before_rl": {k: before.get(k) for _, k in COLUMNS},
-        "after_rl": {k: after.get(k) for _, k in COLUMNS},
+        **result,
+        "model": str(grpo / "model"),
+        "before_rl": {k: before_row.get(k) for _, k in COLUMNS},
+        "after_rl": {k: after_row.get(k) for _, k in COLUMNS},
         "train_reward": [r.get("critic/score/mean") for r in rows if r["step"] > 0],
         "timings": timings,
         "config": to_dict(config),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    console.print(f"curves: {out / 'curves.png'}  trajectories: {out / 'grpo' / 'trajectories'}")
+    console.print(f"policy: {grpo / 'model'}  report: {report}  curves: {out / 'curves.png'}")
     console.print(f"wall time: {timings['total_s'] / 60:.1f} min")
     return summary
