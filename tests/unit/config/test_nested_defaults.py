@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from searchrl.config.eval import EvalConfig
 from searchrl.config.loading import from_dict, load_config
-from searchrl.config.train import DemoConfig
+from searchrl.config.train import DemoConfig, TrainConfig
 
 
 def test_demo_override_keeps_the_demo_rl_settings() -> None:
     demo = load_config(DemoConfig, None, ["rl.steps=5", "rl.optim.lr=2e-5"])
     assert demo.rl.steps == 5 and demo.rl.optim.lr == 2e-5
-    assert demo.rl.batch_size == DemoConfig().rl.batch_size == 2
+    assert demo.rl.batch_size == DemoConfig().rl.batch_size != TrainConfig().batch_size
     assert demo.rl.optim.warmup_ratio == DemoConfig().rl.optim.warmup_ratio
     assert demo.rl.rollout.max_response_tokens == DemoConfig().rl.rollout.max_response_tokens
 
