@@ -47,6 +47,7 @@ def test_train_without_search_engine(tmp_path: Path, request: pytest.FixtureRequ
         "data.world.dev_questions=4",
         "data.world.test_questions=4",
         "rollout.search=false",
+        "algo.dynamic_sampling=false",
         "rollout.max_response_tokens=8",
         "policy.autocast=fp32",
         "logging.progress=false",
