@@ -38,8 +38,9 @@ class ModelConfig:
 
     backend: Literal["auto", "hf", "ct2", "vllm"] = "auto"
     """Generation engine: `ct2` (CTranslate2, the CPU engine), `hf` (transformers, CPU or GPU;
-    the reference), `vllm` (GPU, `[vllm]` extra); `auto` = ct2 on CPU, hf on GPU. If ct2
-    cannot be imported or cannot run the model, hf is used with a one-line notice."""
+    the reference), `vllm` (GPU, `[vllm]` extra); `auto` = hf on GPUs and on CPUs with native
+    bf16 (bf16 copy + KV cache across turns), ct2 on other CPUs. If ct2 cannot be imported or
+    cannot run the model, hf is used with a one-line notice."""
 
     ct2_compute_type: Literal["int8", "float32"] = "int8"
     """CTranslate2 precision: `int8` (weights int8 per output row, activations per token;
@@ -48,10 +49,10 @@ class ModelConfig:
     same log-probs as the fp32 trainer)."""
 
     generation_dtype: Dtype = "auto"
-    """Dtype of the copy the HF backend generates with; `auto` = the weights dtype. bfloat16
-    helps only where matmuls are fast in it (GPUs, CPUs with AMX/AVX512-BF16); on AVX2-only
-    CPUs it is several times slower than float32. It also samples from a slightly different
-    distribution than the float32 policy being trained."""
+    """Dtype of the copy the HF backend generates with; `auto` = bfloat16 for fp32 weights
+    where bf16 matmuls are fast (GPUs, CPUs with AMX/AVX512-BF16), else the weights dtype; on
+    AVX2-only CPUs bf16 is several times slower than float32. It also samples from a slightly
+    different distribution than the float32 policy being trained."""
 
     generation_batch_size: PositiveInt = 32
     """Most sequences the HF backend decodes together; more are split into chunks."""

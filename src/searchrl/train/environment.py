@@ -22,10 +22,7 @@ from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import (
     generation_backend,
     load_model,
-    resolve_backend,
-    resolve_device,
 )
-from searchrl.models.precision import fast_bf16
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
@@ -115,17 +112,7 @@ def make_backend(
             gpu_memory_utilization=model.vllm_gpu_memory_utilization,
             max_model_len=max_len,
         )
-    bf16_copy = generation_dtype_for(resolve_device(model.device)) is not None
-    if resolve_backend(model) == "hf" and model.generation_dtype == "auto" and bf16_copy:
-        model = replace(model, generation_dtype="bfloat16")
     return generation_backend(model, merged_for_export(policy), tokenizer)  # type: ignore[arg-type]
-
-
-def generation_dtype_for(device: torch.device) -> torch.dtype | None:
-    """`generation_dtype: auto` for training runs: a bf16 copy where bf16 is fast (its
-    sampling distribution differs slightly from the fp32 policy's; old log-probs are always
-    recomputed by the trainer), else generate with the fp32 policy itself."""
-    return torch.bfloat16 if fast_bf16(device) else None
 
 
 def make_rollout_fn(

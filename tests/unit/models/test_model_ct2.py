@@ -9,11 +9,16 @@ import pytest
 import torch
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import ct2_backend
+from searchrl.models import ct2_backend, loading
 from searchrl.models.ct2_backend import CT2Backend, EngineUnavailable
 from searchrl.models.generation import SamplingParams
 from searchrl.models.hf_backend import HFBackend
-from searchrl.models.loading import engine_matches_trainer, generation_backend
+from searchrl.models.loading import (
+    auto_generation_dtype,
+    engine_matches_trainer,
+    generation_backend,
+    resolve_backend,
+)
 from searchrl.models.precision import cpu_has_fast_bf16
 
 pytest.importorskip("ctranslate2")
@@ -147,9 +152,20 @@ def test_auto_backend_falls_back_to_hf_with_a_notice(tokenizer, tiny, monkeypatc
         raise EngineUnavailable("ctranslate2 is not installed")
 
     monkeypatch.setattr(ct2_backend, "_ctranslate2", unavailable)
-    backend = generation_backend(ModelConfig(), tiny, tokenizer)
+    backend = generation_backend(ModelConfig(backend="ct2"), tiny, tokenizer)
     assert isinstance(backend, HFBackend)
     assert "using the HF backend" in capsys.readouterr().out
+
+
+def test_auto_backend_follows_native_bf16_on_cpu(tokenizer, tiny, monkeypatch) -> None:
+    """Multi-turn rollouts need the HF backend's bf16 copy and KV cache where bf16 is native;
+    CTranslate2 int8 is the engine where it is emulated."""
+    for native, engine, dtype in ((True, "hf", torch.bfloat16), (False, "ct2", None)):
+        monkeypatch.setattr(loading, "fast_bf16", lambda device, native=native: native)
+        assert resolve_backend(ModelConfig(device="cpu")) == engine
+        assert auto_generation_dtype(tiny) == dtype
+        hf = generation_backend(ModelConfig(backend="hf", device="cpu"), tiny, tokenizer)
+        assert isinstance(hf, HFBackend) and hf.generation_dtype == dtype
 
 
 def test_only_int8_and_low_precision_copies_count_as_a_mismatch() -> None:
