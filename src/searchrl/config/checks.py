@@ -92,6 +92,14 @@ NonEmptyStr = Annotated[str, Satisfies(lambda v: bool(v.strip()), "a non-empty s
 HttpUrl = Annotated[
     str, Satisfies(lambda v: re.match(r"^https?://[^/\s]+", v) is not None, "an http(s):// URL")
 ]
+UrlOrEmpty = Annotated[
+    str,
+    Satisfies(
+        lambda v: v == "" or re.match(r"^https?://[^/\s]+", v) is not None,
+        'an http(s):// URL or "" (not set)',
+    ),
+]
+"""A URL that may be left unset; a `validate` hook says when it is required."""
 Weights = tuple[NonNegativeFloat, ...]
 """Relative weights; pair with `positive_total` in `validate` so they cannot all be 0."""
 

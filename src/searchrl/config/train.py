@@ -17,8 +17,10 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    UrlOrEmpty,
 )
 from searchrl.config.data import WorldConfig
+from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
@@ -147,11 +149,62 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
-class RewardConfig:
-    """Outcome reward applied to each finished trajectory."""
+class LLMJudgeConfig:
+    """The `llm` process judge: any OpenAI-compatible endpoint (vLLM, llama.cpp's server,
+    SGLang), asked greedily (temperature 0) as in Search-R2 Appendix K."""
 
-    kind: Literal["em", "f1", "format"] = "em"
-    """`em` (paper), `f1`, or Search-R1 v0.3's format-aware EM."""
+    url: UrlOrEmpty = ""
+    """Base URL of the API (`http://host:port/v1`); `/chat/completions` is appended."""
+    model: str = ""
+    """Model name sent with each request (the paper: DeepSeek-R1-Distill-Qwen-7B)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key (sent as a bearer token when set)."""
+    concurrency: PositiveInt = 8
+    """Requests in flight at once: a step's trajectories are judged together."""
+    timeout_s: PositiveFloat = 120.0
+    """Per-request timeout (a reasoning judge writes up to `max_tokens` tokens)."""
+    retries: NonNegativeInt = 2
+    """Retries after a connection error, timeout or 5xx answer (exponential backoff)."""
+    max_tokens: PositiveInt = 3000
+    """Completion budget of one judgement (the paper: 3,000)."""
+
+
+@dataclass(frozen=True)
+class LocalJudgeConfig:
+    """The `local` process judge: the same prompt on a local model through the project's
+    generation backend."""
+
+    model: str = ""
+    """Model to load (`embedded`, a HF id or directory, a `.gguf`); empty = the policy being
+    trained judges its own searches (cheap, but it grades itself)."""
+    max_tokens: PositiveInt = 3000
+    """Completion budget of one judgement (the paper: 3,000)."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The reward applied to each finished trajectory."""
+
+    kind: Literal["em", "f1", "format", "hybrid"] = "em"
+    """`em` (paper), `f1`, Search-R1 v0.3's format-aware EM, or Search-R2's gated hybrid
+    R = EM · (1 + (1/M) Σ u_i) over the trajectory's M searches (u_i from `judge`)."""
+    process: bool = True
+    """`hybrid` only. On: the judged process term is added (R ∈ {0} ∪ [1, 2]). Off: `hybrid`
+    scores plain EM and no judge runs (Search-R2's "without process reward" ablation rows).
+    Ignored by the other kinds."""
+    judge: Literal["oracle", "rule", "llm", "local"] = "rule"
+    """Who marks each retrieved collection useful: `oracle` (synthetic world only: it holds a
+    supporting passage of the question's chain no earlier search returned), `rule` (a gold
+    answer or a needed entity appears that no earlier collection showed), `llm` (the paper's
+    judge prompt on an OpenAI-compatible endpoint, `llm_judge`), `local` (the same prompt on
+    a local model, `local_judge`)."""
+    judge_cache_size: NonNegativeInt = 100_000
+    """Judgements remembered by (question, collections); GRPO samples of one question often
+    retrieve the same passages. 0 disables the cache."""
+    llm_judge: LLMJudgeConfig = field(default_factory=LLMJudgeConfig)
+    """Endpoint settings for `judge: llm`."""
+    local_judge: LocalJudgeConfig = field(default_factory=LocalJudgeConfig)
+    """Model settings for `judge: local`."""
     structure_format_score: Fraction = 0.2
     """Format reward: a well-formed trajectory with a wrong answer earns this; a correct
     answer in a malformed one loses it (1 − this)."""
@@ -159,6 +212,19 @@ class RewardConfig:
     """Format reward: a malformed trajectory that still gives an answer."""
     retrieval_score: NonNegativeFloat = 0.0
     """Format reward: bonus when a gold answer appears in the retrieved text (v0.3: 0)."""
+
+    def validate(self) -> None:
+        """The endpoint judge cannot run without an endpoint."""
+        if self.kind == "hybrid" and self.process and self.judge == "llm":
+            if not self.llm_judge.url:
+                raise ConfigError(
+                    "llm_judge.url: `judge: llm` needs an OpenAI-compatible endpoint, e.g. "
+                    "reward.llm_judge.url=http://127.0.0.1:8000/v1"
+                )
+            if not self.llm_judge.model.strip():
+                raise ConfigError(
+                    "llm_judge.model: `judge: llm` needs the model name the endpoint serves"
+                )
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from searchrl.config.eval import RubricConfig
 from searchrl.eval.compare import load_rows, paired_rows
-from searchrl.eval.judge_client import ChatClient, JudgeError
 from searchrl.eval.summary import set_order
 from searchrl.reward.metrics import normalize_answer
+from searchrl.utils.chat_client import ChatClient, JudgeError
 
 DIMENSIONS = (
     "evidence_groundedness",

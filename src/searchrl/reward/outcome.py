@@ -67,9 +67,12 @@ def make_format_reward(config: RewardConfig) -> RewardFn:
 
 
 def make_reward(config: RewardConfig) -> RewardFn:
-    """Pick the reward function once, from the config."""
+    """Pick an outcome reward function once, from the config (`hybrid` needs a judge and the
+    questions: `reward.scoring.make_reward` builds every kind)."""
     if config.kind == "em":
         return em_reward
     if config.kind == "f1":
         return f1_reward
-    return make_format_reward(config)
+    if config.kind == "format":
+        return make_format_reward(config)
+    raise ValueError(f"{config.kind!r} is not an outcome reward; use reward.scoring.make_reward")

@@ -31,6 +31,7 @@ from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weight
 from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
 from searchrl.reward.outcome import RewardFn
+from searchrl.reward.scoring import score_batch
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collate import collate
@@ -240,8 +241,12 @@ class Trainer:
             self.critic_scheduler.step()
 
     def _score(self, trajectories: Sequence[Trajectory]) -> None:
-        for traj in trajectories:
-            traj.reward = self.reward(traj)
+        """Reward breakdowns for a round's trajectories, all in one call so a batch reward
+        (Search-R2's hybrid) can judge the whole round's searches together."""
+        for traj, breakdown in zip(
+            trajectories, score_batch(self.reward, trajectories), strict=True
+        ):
+            traj.reward = breakdown
 
     def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
         """Collate, then old and reference log-probs (and old values) before any update. Under

@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from searchrl.reward.hybrid import reward_metrics
 from searchrl.types import Trajectory
 
 
@@ -86,6 +87,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "env/finish_ratio": _mean([float(t.answer is not None) for t in trajectories]),
         "state_tokens/total": float(sum(policy)),
         "state_tokens/coverage": sum(policy) / max(sum(lengths), 1),
+        **reward_metrics(trajectories),
     }
 
 

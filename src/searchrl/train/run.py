@@ -29,8 +29,12 @@ from rich.progress import (
 )
 
 from searchrl.config.loading import to_dict
+from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
-from searchrl.reward.outcome import make_reward
+from searchrl.models.generation import GenerationBackend
+from searchrl.reward.judges import CachedJudge, make_judge
+from searchrl.reward.outcome import RewardFn
+from searchrl.reward.scoring import make_reward
 from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
@@ -140,6 +144,28 @@ def evaluate_with_progress(
         return trainer.evaluate(questions)
 
 
+def build_reward(
+    config: TrainConfig,
+    questions: list[Question],
+    backend: GenerationBackend,
+    tokenizer: object,
+) -> RewardFn:
+    """The configured reward. Search-R2's hybrid gets its judge here: `local` runs on the
+    policy's own generation engine unless `reward.local_judge.model` names another model,
+    which is then loaded on the policy's device."""
+    reward = config.reward
+    judge: CachedJudge | None = None
+    if reward.kind == "hybrid" and reward.process and reward.judge == "local":
+        if reward.local_judge.model:
+            from searchrl.models.loading import load_policy as load_generator
+
+            model = ModelConfig(name_or_path=reward.local_judge.model, device=config.model.device)
+            loaded = load_generator(model, max_model_len=config.rollout.max_total_tokens)
+            backend, tokenizer = loaded.backend, loaded.tokenizer
+        judge = make_judge(reward, backend, tokenizer)
+    return make_reward(reward, {q.uid: q for q in questions}, judge)
+
+
 def _summary(metrics: dict[str, float]) -> str:
     keys = ("critic/score/mean", "val/em", "env/number_of_valid_search", "timing_s/step")
     return " ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k}={metrics[k]:.3g}"
@@ -166,10 +192,10 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.questions(config.data.train_split)
-    reward = make_reward(config.reward)
+    held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
+    reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
     trainer = Trainer(config, policy, critic, reference, pad_id, rollout, reward, questions, dist)
     ckpt_root = out_dir / "checkpoints"
-    held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
     wandb = config.logging.wandb_project if main else ""
     writer = MetricsWriter(out_dir, config.logging.tensorboard and main, wandb, to_dict(config))
     latest = ckpt.latest_checkpoint(ckpt_root) if resume else None

@@ -13,7 +13,6 @@ from typing import ClassVar
 import pytest
 
 from searchrl.config.eval import RubricConfig
-from searchrl.eval.judge_client import ChatClient, JudgeError
 from searchrl.eval.rubric import (
     DIMENSIONS,
     LLMJudge,
@@ -24,6 +23,7 @@ from searchrl.eval.rubric import (
     non_redundancy,
     parse_scores,
 )
+from searchrl.utils.chat_client import ChatClient, JudgeError
 
 
 def traj_row(rid: str, prediction: str | None, docs: dict, searches: list, text: str = "") -> dict:

@@ -58,7 +58,11 @@ def generate_world(config: WorldConfig) -> World:
     rng = random.Random(config.seed)
     entities = generate_entities(config, rng)
     passages = list(write_passages(entities, config, rng))
-    questions = generate_questions(entities, config, rng)
+    support: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for passage in passages:
+        for fact in passage.facts:
+            support[fact].append(passage.document.id)
+    questions = generate_questions(entities, config, rng, support)
     return World(config, entities, passages, questions)
 
 

@@ -31,6 +31,9 @@ class Passage:
     """Every name or value the passage states on purpose (sorted)."""
     distractor: bool
     """True for passages of namesakes and near-duplicate twins."""
+    facts: tuple[tuple[int, str], ...] = ()
+    """(subject entity index, relation name) of every relation fact the passage states,
+    back-links included: what the Search-R2 oracle judge counts as support for a hop."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class _Sentence:
     template: str
     values: dict[str, str]
     mentions: tuple[str, ...]
+    fact: tuple[int, str] | None = None
 
 
 def _mentioned(entity: Entity) -> tuple[str, ...]:
@@ -54,10 +58,12 @@ def _fact_sentences(
         template = rel.sentences[rng.randrange(min(variety, len(rel.sentences)))]
         if rel.name in entity.links:
             other = entities[entity.links[rel.name]]
-            sentences.append(_Sentence(template, {"o": other.mention}, _mentioned(other)))
+            sentences.append(
+                _Sentence(template, {"o": other.mention}, _mentioned(other), (entity.id, rel.name))
+            )
         elif rel.name in entity.values:
             value = entity.values[rel.name]
-            sentences.append(_Sentence(template, {"o": value}, (value,)))
+            sentences.append(_Sentence(template, {"o": value}, (value,), (entity.id, rel.name)))
     if entity.kind == PERSON and entity.aliases:
         sentences.append(_Sentence(_FULL_NAME, {"o": entity.aliases[0]}, entity.aliases))
     return sentences
@@ -71,9 +77,9 @@ def _back_links(entity: Entity, entities: list[Entity], sources: list[int]) -> l
         other = entities[source]
         for rel_name, target in other.links.items():
             if target == entity.id and rel_name in INVERSE_SENTENCES:
-                sentences.append(
-                    _Sentence(INVERSE_SENTENCES[rel_name], {"x": other.mention}, _mentioned(other))
-                )
+                template = INVERSE_SENTENCES[rel_name]
+                fact = (other.id, rel_name)
+                sentences.append(_Sentence(template, {"x": other.mention}, _mentioned(other), fact))
     return sentences
 
 
@@ -93,8 +99,8 @@ def entity_passages(
     back_links: list[int],
     rng: random.Random,
     config: WorldConfig,
-) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(title, text, mentions) of each passage about `entity`."""
+) -> list[tuple[str, str, tuple[str, ...], tuple[tuple[int, str], ...]]]:
+    """(title, text, mentions, facts) of each passage about `entity`."""
     sentences = _fact_sentences(entity, entities, rng, config.phrasing_variety)
     sentences += _back_links(entity, entities, back_links)
     fillers = FILLERS[entity.kind]
@@ -109,7 +115,8 @@ def entity_passages(
         chunk = sentences[start : start + size]
         text = " ".join(_render(s, entity, i == 0) for i, s in enumerate(chunk))
         mentions = tuple(sorted({*own, *(m for s in chunk for m in s.mentions)}))
-        chunks.append((entity.title, text, mentions))
+        facts = tuple(s.fact for s in chunk if s.fact is not None)
+        chunks.append((entity.title, text, mentions, facts))
     return chunks
 
 
@@ -124,9 +131,10 @@ def write_passages(
     next_id = 0
     for entity in entities:
         distractor = entity.twin_of is not None or entity.disambiguated
-        for title, text, mentions in entity_passages(
+        for title, text, mentions, facts in entity_passages(
             entity, entities, pointing.get(entity.id, []), rng, config
         ):
             contents = f'"{title}"\n{text}'
-            yield Passage(Document(str(next_id), contents), entity.id, mentions, distractor)
+            document = Document(str(next_id), contents)
+            yield Passage(document, entity.id, mentions, distractor, facts)
             next_id += 1

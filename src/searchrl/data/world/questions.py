@@ -69,13 +69,23 @@ def phrase_question(chain: Chain, entities: list[Entity], rng: random.Random, va
     return text[0].upper() + text[1:]
 
 
-def _question(chain: Chain, text: str, entities: list[Entity], split: str, index: int) -> Question:
+Support = dict[tuple[int, str], list[str]]
+"""(subject entity index, relation name) → ids of the passages stating that fact."""
+
+
+def _question(
+    chain: Chain, text: str, entities: list[Entity], split: str, index: int, support: Support
+) -> Question:
     start = entities[chain.entities[0]]
     metadata = {
         "split": split,
         "start": start.mention,
         "relations": [r.name for r in chain.relations],
         "path": [entities[i].title for i in chain.entities],
+        "support": [
+            support.get((subject, rel.name), [])
+            for subject, rel in zip(chain.entities, chain.relations, strict=False)
+        ],
     }
     qid = f"{split}_{index}"
     return Question(
@@ -89,9 +99,11 @@ def _question(chain: Chain, text: str, entities: list[Entity], split: str, index
 
 
 def generate_questions(
-    entities: list[Entity], config: WorldConfig, rng: random.Random
+    entities: list[Entity], config: WorldConfig, rng: random.Random, support: Support
 ) -> dict[str, list[Question]]:
-    """Questions for each split, no (start, relations) walk asked twice across splits."""
+    """Questions for each split, no (start, relations) walk asked twice across splits. Each
+    question's metadata lists, per hop, the passages stating that hop's fact (`support`),
+    which is what lets the Search-R2 oracle judge tell a useful search from a useless one."""
     counts = (config.train_questions, config.dev_questions, config.test_questions)
     sizes = dict(zip(SPLITS, counts, strict=True))
     total = sum(sizes.values())
@@ -120,6 +132,6 @@ def generate_questions(
         out[split] = []
         for i, chain in enumerate(chains[offset : offset + size]):
             text = phrase_question(chain, entities, rng, config.phrasing_variety)
-            out[split].append(_question(chain, text, entities, split, i))
+            out[split].append(_question(chain, text, entities, split, i, support))
         offset += size
     return out

@@ -1,35 +1,54 @@
 """A minimal client for any OpenAI-compatible chat endpoint (`POST {base}/chat/completions`):
-vLLM, llama.cpp's server, Ollama, or the hosted APIs. Used by the LLM trajectory judge.
+vLLM, llama.cpp's server, SGLang, Ollama, or the hosted APIs. Used by the evaluation's
+trajectory-quality judge and by the Search-R2 process-reward judge (it lives here, in the
+lowest layer, so both `reward` and `eval` can import it).
 
 Every attempt has a timeout; connection errors, timeouts and 5xx answers are retried with
 exponential backoff, and the last failure raises `JudgeError` naming the URL. Greedy
 (`temperature 0`) so a judgement is reproducible where the server is.
-
-To be unified with the Search-R2 process judges' endpoint client once both are on main.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import urllib3
 from urllib3.exceptions import HTTPError as TransportError
 
-from searchrl.config.eval import RubricConfig
 from searchrl.utils.errors import SearchRLError
 
 
 class JudgeError(SearchRLError, RuntimeError):
-    """The endpoint could not be reached or answered with something unusable."""
+    """A judge cannot run: its endpoint could not be reached or answered with something
+    unusable, or (process judges) it lacks what it needs, such as a world's supporting
+    passages."""
+
+
+class ChatSettings(Protocol):
+    """What the client reads from a config (`RubricConfig`, the reward's `LLMJudgeConfig`)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def api_key_env(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
 
 
 class ChatClient:
-    """`complete(messages)` → the assistant's text."""
+    """`complete(messages)` → the assistant's text. Thread-safe (urllib3's pool is), so one
+    client serves concurrent judgements."""
 
-    def __init__(self, config: RubricConfig):
+    def __init__(self, config: ChatSettings):
         if not config.url:
             raise JudgeError("an LLM judge needs an endpoint URL (--url http://host:port/v1)")
         self.config = config
