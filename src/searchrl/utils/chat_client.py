@@ -46,14 +46,16 @@ class ChatSettings(Protocol):
 
 class ChatClient:
     """`complete(messages)` → the assistant's text. Thread-safe (urllib3's pool is), so one
-    client serves concurrent judgements."""
+    client serves concurrent judgements; `connections` is how many it keeps open."""
 
-    def __init__(self, config: ChatSettings):
+    def __init__(self, config: ChatSettings, connections: int = 1):
         if not config.url:
             raise JudgeError("an LLM judge needs an endpoint URL (--url http://host:port/v1)")
         self.config = config
         self.endpoint = config.url.rstrip("/") + "/chat/completions"
-        self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(config.timeout_s), retries=False)
+        self._pool = urllib3.PoolManager(
+            timeout=urllib3.Timeout(config.timeout_s), retries=False, maxsize=connections
+        )
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}

@@ -37,7 +37,7 @@ class EndpointJudge:
         if not config.url:
             raise JudgeError("the llm judge needs reward.llm_judge.url (http://host:port/v1)")
         self.config = config
-        self.client = ChatClient(config)
+        self.client = ChatClient(config, connections=config.concurrency)
 
     def _one(self, request: JudgeRequest) -> Judgment:
         messages = [{"role": "user", "content": render_prompt(request)}]
