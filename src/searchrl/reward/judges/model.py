@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from searchrl.config.train import LLMJudgeConfig
+from searchrl.data.templates import render_chat
 from searchrl.models.generation import GenerationBackend, SamplingParams
 from searchrl.reward.judges.base import JudgeError, JudgeRequest, Judgment
 from searchrl.reward.judges.prompt import parse_judgment, render_prompt
@@ -79,15 +80,8 @@ class LocalJudge:
         self.max_tokens = max_tokens
 
     def _encode(self, text: str) -> list[int]:
-        messages = [{"role": "user", "content": text}]
-        template = getattr(self.tokenizer, "chat_template", None)
-        if template:
-            ids = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
-                messages, add_generation_prompt=True, tokenize=True
-            )
-        else:
-            ids = self.tokenizer.encode(text)  # type: ignore[attr-defined]
-        return list(ids)
+        rendered = render_chat(self.tokenizer, text)  # type: ignore[arg-type]
+        return list(self.tokenizer.encode(rendered, add_special_tokens=False))  # type: ignore[attr-defined]
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[Judgment]:
         if not requests:
