@@ -101,13 +101,45 @@ class TrajectoryStats:
 
 
 @dataclass
+class MetaDecision:
+    """One reading of a trajectory by the Search-R2 Meta-Refiner: the meta prompt it saw, the
+    integer it answered (a `meta` segment holding exactly that candidate's token ids, so joint
+    optimization trains on the tokens that were scored) and the evidence behind it."""
+
+    prompt: str
+    prompt_ids: list[int]
+    decision: Segment
+    cut_step: int
+    """0 = accepted; k ≥ 1 = the step the trajectory was cut at (steps before k kept)."""
+    steps: int
+    """T, the number of steps the prompt numbered."""
+    log_odds: float
+    """log P(revise) − log P(no revision), with P(revise) = Σ_{k=1..T} P(answer k)."""
+    answer_logprobs: list[float] = field(default_factory=list)
+    """log P(answer k) for k = 0..T under the meta prompt."""
+
+
+@dataclass
 class Refinement:
-    """What the Search-R2 Meta-Refiner did to this trajectory (None on the Trajectory if off)."""
+    """What the Search-R2 Meta-Refiner did to this trajectory (None on the Trajectory if off).
+
+    `prefix_segments` is the index of the first regenerated segment (the segments before it
+    are the original's, token for token); `cut_step` the step regeneration started at (last
+    revision; 0 when accepted as generated)."""
 
     revised: bool
     cut_step: int
     prefix_segments: int
     log_odds: float = 0.0
+    """The first decision's log-odds of revising."""
+    revisions: int = 0
+    """Cut-and-regenerate rounds applied (≤ `refiner.max_revisions`)."""
+    decisions: list[MetaDecision] = field(default_factory=list)
+    """Every Meta-Refiner call on this trajectory, in order."""
+    original_answer: str | None = None
+    """The answer of the trajectory as the Actor first generated it."""
+    original_em: float | None = None
+    """Its exact match, so a revision's outcome (wrong→right …) can be read from the file."""
 
 
 @dataclass
@@ -181,5 +213,14 @@ class Trajectory:
         row["searches"] = [SearchCall(**c) for c in row.get("searches", [])]
         row["stats"] = TrajectoryStats(**row.get("stats", {}))
         refinement = row.get("refinement")
-        row["refinement"] = Refinement(**refinement) if refinement else None
+        row["refinement"] = _refinement_from_json(refinement) if refinement else None
         return cls(**row)
+
+
+def _refinement_from_json(row: dict[str, Any]) -> Refinement:
+    row = dict(row)
+    row["decisions"] = [
+        MetaDecision(**{**d, "decision": Segment(**d["decision"])})
+        for d in row.get("decisions", [])
+    ]
+    return Refinement(**row)

@@ -22,6 +22,7 @@ from searchrl.config.checks import (
 from searchrl.config.data import WorldConfig
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
+from searchrl.config.refiner import RefinerConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
 
@@ -273,6 +274,13 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    refiner: RefinerConfig = field(default_factory=RefinerConfig)
+
+    def validate(self) -> None:
+        """Meta rows carry their trajectory's sequence-level advantage; a critic has no value
+        for a meta prompt, so joint optimization needs a critic-free estimator."""
+        if self.refiner.joint and self.uses_critic:
+            raise ConfigError("refiner.joint: needs a critic-free algo.advantage (grpo, rloo)")
 
     @property
     def uses_critic(self) -> bool:
@@ -307,6 +315,12 @@ class SFTConfig:
     """Mask env tokens (retrieved passages) out of the loss, as in RL."""
     rejection_samples: PositiveInt = 4
     """Rejection sampling: trajectories sampled per question."""
+    meta_examples: NonNegativeInt = 0
+    """Search-R2 warm start: this many world-labelled Meta-Refiner examples (meta prompt →
+    the earliest flawed step) join the reference trajectories; 0 = Actor SFT only."""
+    meta_clean_share: Fraction = 0.5
+    """Share of those examples that are clean references (label 0); the rest are references
+    corrupted at a known step."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)

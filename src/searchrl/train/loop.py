@@ -1,7 +1,11 @@
 """The RL training step as a named pipeline, one timer per stage:
 
-    sample prompts → rollouts (n per prompt) → rewards → old & ref log-probs (+ values)
-    → advantages → critic and policy mini-batch updates over `ppo_epochs` → metrics
+    sample prompts → rollouts (n per prompt) → [refine] → rewards → old & ref log-probs
+    (+ values) → advantages → critic and policy mini-batch updates over `ppo_epochs` → metrics
+
+With a Meta-Refiner (Search-R2), the GRPO groups are the refined trajectories; under
+`refiner.joint` each refiner decision joins the batch as an extra row (meta prompt + decision,
+loss on the decision tokens) carrying its trajectory's advantage.
 
 With one epoch over one mini-batch and no KL in the reward, π_old is the very policy being
 updated, so the old log-probs are the detached current ones (ratio exactly 1) and their extra
@@ -30,6 +34,7 @@ from searchrl.algo.behaviour import behaviour_logprobs, truncated_importance_wei
 from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
 from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
+from searchrl.refiner import RefineOutcome, meta_rows, refiner_metrics
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
 from searchrl.train import checkpoint as ckpt
@@ -70,6 +75,14 @@ class RolloutFn(Protocol):
     ) -> list[Trajectory]: ...
 
 
+class RefineFn(Protocol):
+    """Finished trajectories → the Meta-Refiner's outcome (final trajectories and probes)."""
+
+    def __call__(
+        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool
+    ) -> RefineOutcome: ...
+
+
 @dataclass
 class Distributed:
     """This process's place among the training processes (1 of 1 without accelerate)."""
@@ -98,8 +111,10 @@ class Trainer:
         reward: RewardFn,
         questions: Sequence[Question],
         dist: Distributed | None = None,
+        refine: RefineFn | None = None,
     ) -> None:
         self.config = config
+        self.refine = refine
         self.dist = dist or Distributed()
         self.policy, self.critic, self.reference = policy, critic, reference
         self.model = self.dist.wrap(policy)
@@ -158,10 +173,11 @@ class Trainer:
             sampled, trained, counts = self._collect(timer)
             stats: dict[str, float] = {}
             if trained:
+                meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])
                 with timer("ref"):
-                    exp = self._experience(trained)
+                    exp = self._experience([*trained, *meta])
                 with timer("adv"):
-                    exp = self._advantages(exp, trained)
+                    exp = self._advantages(exp, trained, parents)
                 stats.update(exp.mismatch)
                 if self.critic is not None:
                     with timer("update_critic"):
@@ -176,6 +192,10 @@ class Trainer:
         tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
         metrics["train/epoch"] = float(self.sampler.epoch)
+        if self.refine is not None:
+            step_s = max(timer.seconds["step"], 1e-9)
+            metrics["refiner/seconds_share"] = metrics["refiner/refine_s"] / step_s
+            metrics["refiner/probe_seconds_share"] = metrics["refiner/probe_s"] / step_s
         return metrics, sampled
 
     def _collect(
@@ -194,6 +214,7 @@ class Trainer:
         quota = -(-cfg.batch_size // dist.world_size)  # groups this process may keep
         sampled: list[Trajectory] = []
         kept: list[list[Trajectory]] = []
+        outcomes: list[RefineOutcome] = []
         used: set[str] = set()
         drawn = informative = failed = rounds = 0
         while rounds < (algo.max_sampling_rounds if algo.dynamic_sampling else 1):
@@ -215,8 +236,14 @@ class Trainer:
                     seed=seed + dist.rank,
                     greedy=False,
                 )
+            if self.refine is not None:
+                with timer("refine"), evaluating(self.policy):
+                    outcomes.append(self.refine(trajectories, seed=seed + dist.rank, greedy=False))
+                trajectories = outcomes[-1].final
             with timer("reward"):
                 self._score(trajectories)
+                for outcome in outcomes[-1:] if self.refine is not None else []:
+                    self._score(outcome.unscored())
             split = split_groups(trajectories)
             sampled += trajectories
             drawn += len(prompts)
@@ -232,6 +259,8 @@ class Trainer:
             "train/sampling_rounds": float(rounds),
             "train/dropped_failed": float(failed),
         }
+        if self.refine is not None:
+            counts.update(refiner_metrics(outcomes))
         return sampled, [t for group in kept for t in group], counts
 
     def _skip_update(self) -> None:
@@ -249,10 +278,11 @@ class Trainer:
             traj.reward = breakdown
 
     def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
-        """Collate, then old and reference log-probs (and old values) before any update. Under
-        an engine/trainer mismatch the old log-probs are always recomputed and give the
-        truncated importance weights against the engine's behaviour log-probs."""
-        batch = collate(trajectories, self.pad_id)
+        """Collate (meta rows train on their `meta` decision tokens), then old and reference
+        log-probs (and old values) before any update. Under an engine/trainer mismatch the
+        old log-probs are always recomputed and give the truncated importance weights against
+        the engine's behaviour log-probs."""
+        batch = collate(trajectories, self.pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
         micro, bf16, temp = (
             self.settings.micro_batch_size,
@@ -285,21 +315,31 @@ class Trainer:
             batch, mask, old_logp, zeros, ref_logp, None, old_values, tis_weight, mismatch
         )
 
-    def _advantages(self, exp: Experience, trajectories: Sequence[Trajectory]) -> Experience:
-        """Token rewards (−β·KL in the reward for PPO), then the configured estimator."""
+    def _advantages(
+        self, exp: Experience, trajectories: Sequence[Trajectory], parents: Sequence[int] = ()
+    ) -> Experience:
+        """Token rewards (−β·KL in the reward for PPO), then the configured estimator over the
+        trajectories' rows; the meta rows after them (`parents[j]` = the trajectory of meta
+        row j) get their trajectory's sequence advantage on their decision tokens."""
         algo = self.config.algo
+        n = len(trajectories)
         scores = torch.tensor([t.reward["score"] for t in trajectories], dtype=torch.float32)
         kl_coef = algo.kl_coef if algo.kl_in_reward and exp.ref_logp is not None else 0.0
         ref = exp.ref_logp if exp.ref_logp is not None else exp.old_logp
-        token_rewards = kl_penalized_rewards(scores, exp.old_logp, ref, exp.mask, kl_coef)
+        mask = exp.mask[:n]
+        token_rewards = kl_penalized_rewards(scores, exp.old_logp[:n], ref[:n], mask, kl_coef)
         inputs = AdvantageInputs(
             scores=scores,
             token_rewards=token_rewards,
-            mask=exp.mask,
+            mask=mask,
             group_ids=[t.uid or t.question for t in trajectories],
             values=exp.old_values,
         )
         advantages, returns = self.estimator(inputs)
+        if parents:
+            per_row = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [n]
+            meta = per_row[list(parents)][:, None] * exp.mask[n:]  # [m, R]
+            advantages = torch.cat([advantages, meta])
         return dataclasses.replace(exp, advantages=advantages, returns=returns)
 
     def _groups(self, n_rows: int, epoch: int, salt: int) -> list[list[int]]:

@@ -32,6 +32,7 @@ from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
 from searchrl.models.generation import GenerationBackend
+from searchrl.refiner import MetaRefiner
 from searchrl.reward.judges import CachedJudge, make_judge
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import make_reward
@@ -194,7 +195,14 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     questions = env.questions(config.data.train_split)
     held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
     reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
-    trainer = Trainer(config, policy, critic, reference, pad_id, rollout, reward, questions, dist)
+    refiner = None
+    if config.refiner.enabled:
+        refiner = MetaRefiner(
+            policy, tokenizer, backend, env.retriever, config.rollout, config.refiner, pad_id
+        ).refine
+    trainer = Trainer(
+        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
+    )
     ckpt_root = out_dir / "checkpoints"
     wandb = config.logging.wandb_project if main else ""
     writer = MetricsWriter(out_dir, config.logging.tensorboard and main, wandb, to_dict(config))

@@ -1,0 +1,51 @@
+"""The Search-R2 Meta-Refiner (seed 001 "The Meta-Refiner", Algorithm 1): whether trajectories
+are read back by the policy under the meta prompt, when they are revised, how often, and
+whether the refiner's decisions are trained on. Defaults are the paper's (τ = 0, N_max = 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from searchrl.config.checks import Fraction, PositiveInt, Range
+from searchrl.config.errors import ConfigError
+
+Revisions = Annotated[int, Range(ge=1, le=16)]
+Margin = Annotated[float, Range(ge=-100, le=100)]
+
+
+@dataclass(frozen=True)
+class RefinerConfig:
+    """Switches and budgets of the Meta-Refiner (discriminator, trimmer, cut and regenerate)."""
+
+    enabled: bool = False
+    """Read every finished rollout with the meta prompt and cut-and-regenerate the ones the
+    discriminator rejects; GRPO groups are then the refined trajectories."""
+
+    margin: Margin = 0.0
+    """τ: revise iff log P(revise) − log P(no revision) > τ (paper: 0.0). Negative values
+    revise more, positive ones less."""
+
+    max_revisions: Revisions = 1
+    """N_max: cut-and-regenerate rounds per trajectory (paper: 1; its ablation goes to 4)."""
+
+    joint: bool = False
+    """Joint optimization: each meta prompt + decision joins the batch as an extra row whose
+    decision tokens carry the final trajectory's advantage. Off: the policy trains on the
+    reasoning traces only (the paper's "Search-R1 + Meta-Refiner" ablation row)."""
+
+    micro_batch_size: PositiveInt = 4
+    """Meta prompts per forward pass when scoring the candidate answers."""
+
+    probe_share: Fraction = 0.25
+    """Share of accepted trajectories also trimmed and regenerated (not trained on) to
+    estimate J_trim for the selection precision A_prec; 0 turns the probe off."""
+
+    random_cut_probe: bool = True
+    """Also regenerate every trimmed trajectory from a uniformly random cut (not trained on),
+    for the trimming skill S_trim = R(chosen cut) − R(random cut)."""
+
+    def validate(self) -> None:
+        """Joint optimization trains the refiner's decisions, so it needs the refiner on."""
+        if self.joint and not self.enabled:
+            raise ConfigError("joint: needs refiner.enabled=true")

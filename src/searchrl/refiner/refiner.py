@@ -1,0 +1,222 @@
+"""Algorithm 1 of Search-R2 (seed 001): accept or cut and regenerate, at most N_max times.
+
+    for n in 0..N_max−1:  read every open trajectory under the meta prompt (batched);
+                          accepted ones are final; the others are cut at the trimmer's k
+                          and regenerated from step k by the Actor (one batched rollout)
+
+The Meta-Refiner is the policy itself (same weights) under another prompt. Its decisions are
+recorded on the trajectory (`Trajectory.refinement`): each reading's meta prompt, the decision
+as a `meta` segment of the exact candidate tokens, the log-odds, and the cut.
+
+Departures, on purpose:
+- A regeneration is sampled with its own seed per round (`regeneration_seed`): the rollout
+  engine seeds each turn from (seed, trajectory id, turn), so the step's own seed would
+  reproduce the very suffix that was cut away. It is sampled at the rollout temperature even
+  when the first pass was greedy (evaluation), for the same reason.
+- For the diagnostics the paper proposes but never measured, two probes run after refining
+  (generated, scored, never trained on): a share of the accepted trajectories is trimmed too
+  (J_trim for the selection precision A_prec), and every trajectory trimmed in the first round
+  is also regenerated from a uniformly random cut with the same seed (S_trim). Their time is
+  reported apart from the refiner's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from torch import nn
+
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.rollout import RolloutConfig
+from searchrl.models.generation import GenerationBackend
+from searchrl.refiner.meta import Reading
+from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
+from searchrl.refiner.steps import cut_before, meta_prompt, split_steps
+from searchrl.retrieval.base import Retriever
+from searchrl.rollout.loop import run_rollouts
+from searchrl.rollout.sampler import row_seed
+from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajectory
+
+
+def regeneration_seed(seed: int, round_index: int) -> int:
+    """The rollout seed of revision round `round_index` (never the first pass's own)."""
+    return row_seed(seed, "meta-refiner", round_index + 1)
+
+
+@dataclass
+class RefineOutcome:
+    """Final trajectories (aligned with the input) and what the diagnostics need."""
+
+    final: list[Trajectory]
+    originals: list[Trajectory]
+    """The trajectories as the Actor generated them, aligned with `final`."""
+    trims: dict[int, Trajectory] = field(default_factory=dict)
+    """Index → the original regenerated from the trimmer's first-round cut (revised ones, and
+    the accepted ones probed for J_trim)."""
+    random_cuts: dict[int, Trajectory] = field(default_factory=dict)
+    """Index → the original regenerated from a uniformly random cut, same seed as its trim."""
+    probed: list[int] = field(default_factory=list)
+    """Indices of accepted trajectories that were trimmed only to estimate J_trim."""
+    accepted: int = 0
+    """Trajectories accepted at their first reading."""
+    refine_s: float = 0.0
+    probe_s: float = 0.0
+
+    def unscored(self) -> list[Trajectory]:
+        """Probe and original trajectories that are not final ones (each scored once)."""
+        finals = {id(t) for t in self.final}
+        seen: set[int] = set()
+        out = []
+        for traj in [*self.originals, *self.trims.values(), *self.random_cuts.values()]:
+            if id(traj) not in finals and id(traj) not in seen:
+                seen.add(id(traj))
+                out.append(traj)
+        return out
+
+
+class MetaRefiner:
+    """Reads trajectories with the policy's weights and repairs the rejected ones."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: object,
+        backend: GenerationBackend,
+        retriever: Retriever,
+        rollout: RolloutConfig,
+        config: RefinerConfig,
+        pad_id: int,
+    ) -> None:
+        self.model, self.tokenizer, self.backend = model, tokenizer, backend
+        self.retriever, self.rollout_config, self.config = retriever, rollout, config
+        self.pad_id = pad_id
+
+    def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
+        """Each trajectory's meta prompt and answer log-probs (None for one without a step),
+        all scored in `config.micro_batch_size`-sized forward passes."""
+        prompts, cands, where = [], [], []
+        for index, traj in enumerate(trajectories):
+            steps = split_steps(traj.segments)
+            if steps:
+                prompts.append(meta_prompt(self.tokenizer, traj.question, steps))
+                cands.append(candidate_ids(self.tokenizer, len(steps)))
+                where.append(index)
+        readings: list[Reading | None] = [None] * len(trajectories)
+        if not prompts:
+            return readings
+        scores = candidate_logprobs(
+            self.model, [ids for _, ids in prompts], cands, self.pad_id,
+            self.config.micro_batch_size,
+        )  # fmt: skip
+        for index, (text, ids), cand, logp in zip(where, prompts, cands, scores, strict=True):
+            readings[index] = Reading(text, ids, cand, logp)
+        return readings
+
+    def refine(
+        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool
+    ) -> RefineOutcome:
+        """Algorithm 1 over a batch; trimmer cuts are drawn (seeded) unless `greedy`."""
+        started = time.perf_counter()
+        final = list(trajectories)
+        for traj in final:
+            traj.refinement = Refinement(
+                revised=False,
+                cut_step=0,
+                prefix_segments=len(traj.segments),
+                original_answer=traj.answer,
+                original_em=traj.metrics.get("em"),
+            )
+        outcome = RefineOutcome(final=final, originals=list(trajectories))
+        open_rows = list(range(len(final)))
+        first_readings: dict[int, Reading] = {}
+        for round_index in range(self.config.max_revisions):
+            readings = self.read([final[i] for i in open_rows])
+            cuts = []
+            for i, reading in zip(open_rows, readings, strict=True):
+                if reading is None:
+                    continue
+                rng = None if greedy else random.Random(row_seed(seed, final[i].id, round_index))
+                k = reading.cut(rng) if reading.revise(self.config.margin) else 0
+                self._record(final[i], reading, k, first=round_index == 0)
+                if round_index == 0:
+                    first_readings[i] = reading
+                    outcome.accepted += k == 0
+                if k:
+                    cuts.append((i, k))
+            if not cuts:
+                break
+            starts = [cut_before(final[i], k) for i, k in cuts]
+            regenerated = self._regenerate(starts, regeneration_seed(seed, round_index))
+            for (i, k), start, new in zip(cuts, starts, regenerated, strict=True):
+                record = final[i].refinement
+                assert record is not None
+                new.refinement = replace(
+                    record, revised=True, cut_step=k, prefix_segments=len(start.segments),
+                    revisions=record.revisions + 1,
+                )  # fmt: skip
+                final[i] = new
+                if round_index == 0:
+                    outcome.trims[i] = new
+            open_rows = [i for i, _ in cuts]
+        outcome.refine_s = time.perf_counter() - started
+        self._probe(outcome, first_readings, seed, greedy)
+        return outcome
+
+    def _record(self, traj: Trajectory, reading: Reading, k: int, first: bool) -> None:
+        ids = reading.candidates[k]
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+        decision = MetaDecision(
+            prompt=reading.prompt,
+            prompt_ids=reading.prompt_ids,
+            decision=Segment(role="meta", text=text, token_ids=list(ids)),
+            cut_step=k,
+            steps=reading.steps,
+            log_odds=reading.log_odds,
+            answer_logprobs=list(reading.logprobs),
+        )
+        assert traj.refinement is not None
+        traj.refinement.decisions.append(decision)
+        if first:
+            traj.refinement.log_odds = reading.log_odds
+
+    def _regenerate(self, starts: list[Trajectory], seed: int) -> list[Trajectory]:
+        """Continue each start with the Actor (one batched rollout, kept ids)."""
+        if not starts:
+            return []
+        questions = [
+            Question(uid=t.uid or t.id, question=t.question, golden_answers=tuple(t.golden_answers))
+            for t in starts
+        ]
+        config = self.rollout_config
+        if config.temperature <= 0:
+            raise ValueError("regeneration needs rollout.temperature > 0 (greedy repeats the cut)")
+        return run_rollouts(
+            self.backend, self.tokenizer, self.retriever, questions, config,
+            prefixes=starts, seed=seed,
+        )  # fmt: skip
+
+    def _probe(
+        self, outcome: RefineOutcome, readings: dict[int, Reading], seed: int, greedy: bool
+    ) -> None:
+        """J_trim probes on a share of the accepted, random-cut twins of every first trim."""
+        started = time.perf_counter()
+        accepted = sorted(i for i, r in readings.items() if i not in outcome.trims)
+        picker = random.Random(row_seed(seed, "probe", 0))
+        n_probe = round(self.config.probe_share * len(accepted))
+        outcome.probed = sorted(picker.sample(accepted, n_probe))
+        regen_seed = regeneration_seed(seed, 0)
+        jobs: list[tuple[str, int, Trajectory]] = []
+        for i in outcome.probed:
+            rng = None if greedy else random.Random(row_seed(seed, outcome.originals[i].id, 0))
+            jobs.append(("trim", i, cut_before(outcome.originals[i], readings[i].cut(rng))))
+        if self.config.random_cut_probe:
+            for i in sorted([*outcome.trims, *outcome.probed]):
+                k = picker.randint(1, readings[i].steps)
+                jobs.append(("random", i, cut_before(outcome.originals[i], k)))
+        regenerated = self._regenerate([start for _, _, start in jobs], regen_seed)
+        for (kind, i, _), traj in zip(jobs, regenerated, strict=True):
+            (outcome.trims if kind == "trim" else outcome.random_cuts)[i] = traj
+        outcome.probe_s = time.perf_counter() - started

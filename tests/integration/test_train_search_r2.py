@@ -1,0 +1,77 @@
+"""`searchrl train --config tiny_cpu_search_r2` end to end on a tiny random model and a tiny
+world: the refiner's diagnostics are in metrics.jsonl under `refiner/`, every trajectory of the
+step carries its refinement record, revised ones their meta segments and an exact prefix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from searchrl.cli import app
+from searchrl.config.model import ModelConfig
+from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
+from searchrl.types import Trajectory
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Path:
+    gguf = embedded_gguf_path()
+    cache = request.config.cache.mkdir(f"searchrl-tokenizer-{gguf.stem}-{gguf.stat().st_size}")
+    tokenizer = load_tokenizer(ModelConfig(), cache_dir=cache)
+    out = tmp_path_factory.mktemp("tiny_model")
+    tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_search_r2_preset_runs_one_step(tiny_model_dir: Path, tmp_path: Path) -> None:
+    args = [
+        "train", "--config", "tiny_cpu_search_r2", "--out", str(tmp_path),
+        "steps=1", "batch_size=2", "n_samples=4", "mini_batch_size=2", "data.eval_size=4",
+        f"model.name_or_path={tiny_model_dir}",
+        "data.world.num_entities=60",
+        "data.world.train_questions=20",
+        "data.world.dev_questions=4",
+        "data.world.test_questions=4",
+        "rollout.max_turns=2",
+        "rollout.max_response_tokens=12",
+        "policy.autocast=fp32",
+        "algo.dynamic_sampling=false",
+        "refiner.margin=-100.0",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    step = rows[-1]
+    refiner = {k for k in step if k.startswith("refiner/")}
+    for part in ("revision", "accept", "a_prec", "s_trim"):
+        assert any(part in k for k in refiner), (part, sorted(refiner))
+    assert step["refiner/revision_rate"] == 1.0  # τ = −100: every trajectory is revised
+    assert step["refiner/s_trim_n"] == 8 and step["refiner/a_prec_n"] == 8
+    lines = (tmp_path / "trajectories" / "step_1.jsonl").read_text().splitlines()
+    trajectories = [Trajectory.from_json(json.loads(line)) for line in lines]
+    assert len(trajectories) == 8
+    for traj in trajectories:
+        record = traj.refinement
+        assert record is not None and record.revised and record.revisions == 1
+        assert 1 <= record.cut_step <= record.decisions[0].steps
+        decision = record.decisions[0].decision
+        assert decision.role == "meta" and decision.token_ids
+        assert record.decisions[0].cut_step == record.cut_step
