@@ -11,6 +11,7 @@ prompt forward.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -90,18 +91,21 @@ def _continuation_logprobs(
     device: torch.device,
 ) -> Tensor:
     """Σ_{j ≥ 1} log P(cand_j | prompt, cand_<j) over each candidate's real tokens → [M]."""
-    cache = first.past_key_values  # type: ignore[attr-defined]
+    cache = getattr(first, "cache", None) or first.past_key_values  # type: ignore[attr-defined]
     cache.reorder_cache(index.to(device))
     feed = cand[:, :-1]  # [M, L-1]: every candidate token but the last is an input
     attention = torch.cat([mask[index], valid[:, :-1]], dim=1)
     start = mask.sum(-1)[index]  # [M] each prompt's length = the first candidate position
     positions = start[:, None] + torch.arange(feed.shape[1])[None, :]
+    # transformers 5 renamed `past_key_values` to `cache` (argument and output); older
+    # releases only know the former.
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     out = model(
         input_ids=feed.to(device),
         attention_mask=attention.to(device),
         position_ids=positions.to(device),
-        past_key_values=cache,
         use_cache=True,
+        **{name: cache},
     )
     logp = torch.log_softmax(out.logits.float(), dim=-1).cpu()  # [M, L-1, V]
     picked = logp.gather(-1, cand[:, 1:, None]).squeeze(-1)  # [M, L-1]

@@ -1,0 +1,140 @@
+"""Cut and regenerate: the kept prefix is the original's segments token for token (roles
+kept), only the suffix is generated again, and the refined trajectory's mask follows its
+token ids; the refinement record says what happened."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from tests.unit.rollout.rollout_fakes import DictRetriever, ScriptedBackend
+from transformers import PreTrainedTokenizerBase
+
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.rollout import RolloutConfig
+from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, split_steps
+from searchrl.rollout.loop import run_rollouts
+from searchrl.types import Document, Question, Trajectory
+
+DOCS = [
+    Document("d1", '"Paris"\nParis is the capital of France.'),
+    Document("d2", '"Eiffel Tower"\nThe Eiffel Tower was designed by Gustave Eiffel.'),
+]
+
+
+class Script:
+    """Search, search, answer; every answer is new (`A1`, `A2`, …), so a regenerated suffix
+    can be told apart from the original."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def __call__(self, context: str) -> str:
+        seen = context.count("Doc 1(Title")
+        if seen == 0:
+            return "<think> first </think>\n<search> Paris capital </search>"
+        if seen == 1:
+            return "<think> second </think>\n<search> Eiffel Tower </search>"
+        self.answers += 1
+        return f"<think> third </think>\n<answer> A{self.answers} </answer>"
+
+
+@pytest.fixture
+def setup(tokenizer: PreTrainedTokenizerBase) -> tuple[ScriptedBackend, DictRetriever, Trajectory]:
+    backend = ScriptedBackend(tokenizer, Script())
+    retriever = DictRetriever(DOCS)
+    question = Question(uid="q1", question="Who designed it?", golden_answers=("A2",))
+    (traj,) = run_rollouts(backend, tokenizer, retriever, [question], RolloutConfig())
+    return backend, retriever, traj
+
+
+def _mask_from_ids(traj: Trajectory) -> list[int]:
+    return [int(s.role == "policy") for s in traj.segments for _ in s.token_ids]
+
+
+def test_steps_and_meta_prompt(setup: tuple, tokenizer: PreTrainedTokenizerBase) -> None:
+    _, _, traj = setup
+    steps = split_steps(traj.segments)
+    assert [s.start for s in steps] == [0, 2, 4] and [len(s.env) for s in steps] == [1, 1, 0]
+    text, ids = meta_prompt(tokenizer, traj.question, steps)
+    assert "between 0 and 3 where 0 means all steps are acceptable" in text
+    for i in (1, 2, 3):
+        assert f"ASSISTANT_STEP_{i}:" in text and f"TOOL_OUTPUT_{i}:" in text
+    assert text.index("Paris is the capital") < text.index("ASSISTANT_STEP_2:")
+    assert ids == tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_cut_keeps_prefix_token_exact(setup: tuple, step: int) -> None:
+    _, _, traj = setup
+    start = cut_before(traj, step)
+    keep = split_steps(traj.segments)[step - 1].start
+    assert start.segments == traj.segments[:keep]
+    assert [s.token_ids for s in start.segments] == [s.token_ids for s in traj.segments[:keep]]
+    assert start.prompt_ids == traj.prompt_ids and start.id == traj.id
+    assert [c.turn for c in start.searches] == list(range(1, step))
+    assert start.answer is None and start.stats.turns == step - 1
+    assert start.stats.valid_actions == step - 1 and start.stats.invalid_actions == 0
+
+
+def test_refine_regenerates_only_the_suffix(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    original = Trajectory.from_json(traj.to_json())
+    calls_before = len(backend.calls)
+    config = RefinerConfig(enabled=True, margin=-100.0, probe_share=0.0, random_cut_probe=False)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    outcome = refiner.refine([traj], seed=3, greedy=True)
+    (final,) = outcome.final
+    record = final.refinement
+    assert record is not None and record.revised and record.revisions == 1
+    assert original.answer == "A1" and final.answer == "A2" and record.original_answer == "A1"
+    k = record.cut_step
+    keep = split_steps(original.segments)[k - 1].start
+    assert record.prefix_segments == keep
+    assert final.segments[:keep] == original.segments[:keep]
+    regenerated = [g for call in backend.calls[calls_before:] for g in call]
+    suffix_policy = [s for s in final.segments[keep:] if s.role == "policy"]
+    assert [s.token_ids for s in suffix_policy] == [g.token_ids for g in regenerated]
+    assert len(suffix_policy) == 4 - k  # steps k..3 again
+    assert final.loss_mask() == _mask_from_ids(final)
+    assert len(final.loss_mask()) == len(final.response_ids)
+    (decision,) = record.decisions
+    assert decision.cut_step == k and decision.steps == 3
+    assert decision.decision.role == "meta"
+    assert decision.decision.token_ids == [
+        *tokenizer.encode(str(k), add_special_tokens=False),
+        tokenizer.eos_token_id,
+    ]
+    assert decision.log_odds == record.log_odds and len(decision.answer_logprobs) == 4
+    assert outcome.originals[0] is traj and outcome.trims[0] is final
+    assert Trajectory.from_json(final.to_json()) == final
+
+
+def test_accept_keeps_the_trajectory(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=100.0, probe_share=1.0)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    outcome = refiner.refine([traj], seed=3, greedy=False)
+    (final,) = outcome.final
+    assert final is traj and final.refinement is not None
+    assert not final.refinement.revised and final.refinement.cut_step == 0
+    assert final.refinement.decisions[0].decision.token_ids[0] == tokenizer.encode("0")[0]
+    assert outcome.accepted == 1 and outcome.probed == [0]
+    assert set(outcome.trims) == {0} and set(outcome.random_cuts) == {0}
+    assert outcome.trims[0] is not final and len(outcome.unscored()) == 2
+
+
+def test_greedy_regeneration_is_refused(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=-100.0)
+    greedy = replace(RolloutConfig(), temperature=0.0)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, greedy, config, 0)
+    with pytest.raises(ValueError, match="temperature"):
+        refiner.refine([traj], seed=0, greedy=True)

@@ -1,0 +1,127 @@
+"""Joint optimization: the refiner's decisions are trained on (as extra rows carrying their
+trajectory's advantage) only under `refiner.joint`; the refiner's diagnostics by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
+
+from searchrl.refiner import RefineOutcome, meta_rows, refiner_metrics
+from searchrl.refiner.diagnostics import weighted_cov
+from searchrl.reward.outcome import em_reward
+from searchrl.train.loop import Trainer
+from searchrl.train.models import frozen_reference, prepare_policy
+from searchrl.types import MetaDecision, Refinement, Segment, Trajectory
+
+
+def fake_refiner(decision_ids: list[int]):  # type: ignore[no-untyped-def]
+    """Accepts every trajectory, recording one decision of `decision_ids` after a fixed
+    meta prompt (the tokens joint optimization trains on)."""
+
+    def refine(trajs: Sequence[Trajectory], *, seed: int, greedy: bool) -> RefineOutcome:
+        for t in trajs:
+            decision = MetaDecision(
+                prompt="m",
+                prompt_ids=[5, 6, 7, 8],
+                decision=Segment("meta", "0", list(decision_ids)),
+                cut_step=0,
+                steps=2,
+                log_odds=-1.0,
+            )
+            t.refinement = Refinement(False, 0, len(t.segments), -1.0, decisions=[decision])
+        return RefineOutcome(final=list(trajs), originals=list(trajs), accepted=len(trajs))
+
+    return refine
+
+
+def step_weights(joint: bool, decision_ids: list[int]) -> dict[str, torch.Tensor]:
+    config = tiny_config(refiner={"enabled": True, "joint": joint}, algo={"kl_coef": 0.0})
+    torch.manual_seed(0)
+    policy = prepare_policy(tiny_llama(), config.policy)
+    trainer = Trainer(
+        config, policy, None, frozen_reference(policy, lora=False), 0, scripted_rollout,
+        em_reward, questions(), refine=fake_refiner(decision_ids),
+    )  # fmt: skip
+    metrics, trajectories = trainer.step()
+    assert all(t.refinement is not None for t in trajectories)
+    assert metrics["refiner/accept_rate"] == 1.0 and metrics["refiner/revision_rate"] == 0.0
+    assert "refiner/seconds_share" in metrics
+    return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+
+
+def test_meta_rows_get_gradient_only_under_joint() -> None:
+    plain_a, plain_b = step_weights(False, [10, 2]), step_weights(False, [11, 3])
+    assert all(torch.equal(plain_a[k], plain_b[k]) for k in plain_a)
+    joint_a, joint_b = step_weights(True, [10, 2]), step_weights(True, [11, 3])
+    assert any(not torch.equal(joint_a[k], joint_b[k]) for k in joint_a)
+    assert any(not torch.equal(joint_a[k], plain_a[k]) for k in joint_a)
+
+
+def test_meta_rows_mask_the_decision_and_carry_the_advantage() -> None:
+    config = tiny_config(refiner={"enabled": True, "joint": True}, algo={"kl_coef": 0.0})
+    trainer = Trainer(
+        config, tiny_llama(), None, None, 0, scripted_rollout, em_reward, questions()
+    )
+    trajs = scripted_rollout(questions(2), n_samples=2, seed=0, greedy=False)
+    fake_refiner([10, 2])(trajs, seed=0, greedy=False)
+    for t, score in zip(trajs, [1.0, 0.0, 1.0, 1.0], strict=True):
+        t.reward = {"score": score}
+    rows, parents = meta_rows(trajs)
+    assert parents == [0, 1, 2, 3] and rows[0].prompt_ids == [5, 6, 7, 8]
+    exp = trainer._experience([*trajs, *rows])
+    exp = trainer._advantages(exp, trajs, parents)
+    meta_mask = exp.mask[4:]
+    assert meta_mask.sum(-1).tolist() == [2.0] * 4  # the two decision tokens only
+    seq_adv = [float(exp.advantages[i][exp.mask[i] > 0][0]) for i in range(4)]
+    assert seq_adv[0] > 0 > seq_adv[1] and seq_adv[2] == pytest.approx(0.0, abs=1e-5)
+    for j, parent in enumerate(parents):
+        values = exp.advantages[4 + j][meta_mask[j] > 0]
+        assert values.tolist() == pytest.approx([seq_adv[parent]] * 2)
+        assert float(exp.advantages[4 + j][meta_mask[j] == 0].abs().sum()) == 0.0
+
+
+def test_weighted_covariance_by_hand() -> None:
+    assert weighted_cov([1, 0], [2, -2], [1, 1]) == pytest.approx(1.0)  # E[αg]=1, E[α]E[g]=0
+    assert weighted_cov([1, 0], [2, -2], [3, 1]) == pytest.approx(1.5 - 0.75 * 1.0)
+    assert weighted_cov([], [], []) == 0.0
+
+
+def _traj(score: float, em: float) -> Trajectory:
+    t = Trajectory(id="t", question="q", golden_answers=["a"])
+    t.append("policy", "p", [1])
+    t.reward, t.metrics = {"score": score}, {"em": em}
+    return t
+
+
+def test_refiner_metrics_by_hand() -> None:
+    decision = MetaDecision("m", [1], Segment("meta", "1", [1]), 1, 1, 0.5)
+    orig = [_traj(0, 0), _traj(1, 1), _traj(1, 1), _traj(0, 0)]
+    final = [_traj(1, 1), orig[1], orig[2], orig[3]]
+    final[0].refinement = Refinement(True, 1, 0, 0.5, 1, [decision])
+    for t in final[1:]:
+        t.refinement = Refinement(False, 0, 1, -0.5, 0, [decision])
+    out = RefineOutcome(final=final, originals=orig, accepted=3, probed=[1])
+    out.trims = {0: final[0], 1: _traj(0, 0)}
+    out.random_cuts = {0: _traj(0, 0), 1: _traj(0, 0)}
+    m = refiner_metrics([out])
+    assert m["refiner/revision_rate"] == 0.25 and m["refiner/accept_rate"] == 0.75
+    assert m["refiner/revision_wrong_to_right"] == 1 and m["refiner/revision_unchanged"] == 0
+    # α=0, gap 0−1=−1 (weight 1); α=1, gap 1−0=1 (weight 3 accepted / 1 probed)
+    assert m["refiner/a_prec"] == pytest.approx(weighted_cov([0, 1], [-1, 1], [1, 3]))
+    assert m["refiner/a_prec"] > 0
+    assert m["refiner/s_trim"] == pytest.approx(0.5) and m["refiner/s_trim_n"] == 2
+
+
+def test_config_rules() -> None:
+    from searchrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="refiner.joint: needs refiner.enabled"):
+        tiny_config(refiner={"joint": True})
+    with pytest.raises(ConfigError, match="refiner.joint: needs a critic-free"):
+        tiny_config(refiner={"enabled": True, "joint": True}, algo={"advantage": "gae"})
+    with pytest.raises(ConfigError, match="refiner.max_revisions: must be at least 1"):
+        tiny_config(refiner={"max_revisions": 0})
+    assert tiny_config(refiner={"enabled": True, "margin": -1.0}).refiner.margin == -1.0
