@@ -321,6 +321,9 @@ class SFTConfig:
     meta_clean_share: Fraction = 0.5
     """Share of those examples that are clean references (label 0); the rest are references
     corrupted at a known step."""
+    meta_eval_size: NonNegativeInt = 40
+    """With meta examples: labelled transcripts of `data.eval_split` on which the warm-started
+    refiner's discriminator and trimmer accuracy are reported (`summary.json`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)

@@ -78,13 +78,14 @@ class RefineOutcome:
 
 
 class MetaRefiner:
-    """Reads trajectories with the policy's weights and repairs the rejected ones."""
+    """Reads trajectories with the policy's weights and repairs the rejected ones (without a
+    generation backend it can only read: the warm start's accuracy check)."""
 
     def __init__(
         self,
         model: nn.Module,
         tokenizer: object,
-        backend: GenerationBackend,
+        backend: GenerationBackend | None,
         retriever: Retriever,
         rollout: RolloutConfig,
         config: RefinerConfig,
@@ -191,6 +192,8 @@ class MetaRefiner:
             for t in starts
         ]
         config = self.rollout_config
+        if self.backend is None:
+            raise ValueError("this Meta-Refiner has no generation backend to regenerate with")
         if config.temperature <= 0:
             raise ValueError("regeneration needs rollout.temperature > 0 (greedy repeats the cut)")
         return run_rollouts(
