@@ -52,6 +52,15 @@ TemperatureOption = Annotated[
 SeedOption = Annotated[
     int, typer.Option(help="Rollout seed (per-trajectory seeds derive from it).")
 ]
+RefineOption = Annotated[
+    float | None,
+    typer.Option(
+        "--refine",
+        help="Search-R2: after each answer, let the Meta-Refiner read the trajectory with this "
+        "margin τ (0 = the paper's) and cut and regenerate it when it revises; prints the "
+        "decision, the cut and the regenerated suffix.",
+    ),
+]
 OverridesArgument = Annotated[
     list[str] | None,
     typer.Argument(help="Config overrides: model.dtype=bfloat16 rollout.topk=5 …"),
@@ -180,10 +189,12 @@ def chat(
     greedy: GreedyOption = False,
     temperature: TemperatureOption = None,
     seed: SeedOption = 0,
+    refine: RefineOption = None,
     overrides: OverridesArgument = None,
 ) -> None:
     """Ask questions (one per line on stdin) and watch the model reason, search and answer:
-    model text in green, inserted search results and feedback in blue."""
+    model text in green, inserted search results and feedback in blue, Meta-Refiner
+    decisions (`--refine`) in magenta."""
     model_config, rollout_config, explicit = _configs(model, greedy, temperature, overrides or [])
     _check_engine(index, url)
     console = Console(highlight=False)
@@ -219,6 +230,63 @@ def chat(
             Text(f"\n→ answer: {traj.answer}", style="bold yellow"),
             Text(f"  ({stats.searches} searches, {stats.turns} turns, {stats.stop_reason})"),
         )
+        if refine is not None:
+            refined = _refine(policy, retriever, rollout_config, traj, refine, seed)
+            show_refinement(console, refined)
+
+
+def _refine(
+    policy: Any,
+    retriever: Retriever,
+    config: RolloutConfig,
+    traj: Trajectory,
+    margin: float,
+    seed: int,
+) -> Trajectory:
+    """One Meta-Refiner pass (argmax cut; regeneration sampled, at temperature 1 when the chat
+    decodes greedily, since a greedy regeneration would repeat the cut suffix)."""
+    from searchrl.config.refiner import RefinerConfig
+    from searchrl.refiner import MetaRefiner
+
+    if policy.model is None:
+        raise typer.BadParameter("--refine needs the model's weights (not the vllm backend)")
+    settings = config if config.temperature > 0 else replace(config, temperature=1.0)
+    refiner_config = RefinerConfig(
+        enabled=True, margin=margin, probe_share=0.0, random_cut_probe=False
+    )
+    pad = policy.tokenizer.pad_token_id
+    refiner = MetaRefiner(
+        policy.model, policy.tokenizer, policy.backend, retriever, settings, refiner_config,
+        int(pad if pad is not None else policy.tokenizer.eos_token_id),
+    )  # fmt: skip
+    return refiner.refine([traj], seed=seed, greedy=True).final[0]
+
+
+def show_refinement(console: Console, traj: Trajectory) -> None:
+    """The Meta-Refiner's decision, its log-odds, the cut and the regenerated suffix."""
+    record = traj.refinement
+    if record is None or not record.decisions:
+        console.print(Text("meta-refiner: nothing to read", style="magenta"))
+        return
+    first = record.decisions[0]
+    verdict = f"revise, cut at step {record.cut_step}" if record.revised else "accept"
+    console.print(
+        Text(
+            f"meta-refiner: answered {first.cut_step} of 0..{first.steps} "
+            f"(log-odds of revising {first.log_odds:+.2f}) → {verdict}",
+            style="bold magenta",
+        )
+    )
+    if not record.revised:
+        return
+    console.print(Text("✂ regenerated from the cut:", style="magenta"))
+    for segment in traj.segments[record.prefix_segments :]:
+        console.print(Text(segment.text, style=ROLE_STYLES[segment.role]), end="")
+    console.print(
+        Text(
+            f"\n→ refined answer: {traj.answer} (was {record.original_answer})", style="bold yellow"
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

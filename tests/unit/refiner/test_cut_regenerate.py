@@ -138,3 +138,23 @@ def test_greedy_regeneration_is_refused(
     refiner = MetaRefiner(tiny, tokenizer, backend, retriever, greedy, config, 0)
     with pytest.raises(ValueError, match="temperature"):
         refiner.refine([traj], seed=0, greedy=True)
+
+
+def test_chat_shows_decision_cut_and_suffix(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    from rich.console import Console
+
+    from searchrl.cli.rollout import show_refinement
+
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=-100.0, probe_share=0.0, random_cut_probe=False)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    final = refiner.refine([traj], seed=3, greedy=True).final[0]
+    console = Console(record=True, width=200)
+    show_refinement(console, final)
+    text = console.export_text()
+    k = final.refinement.cut_step  # type: ignore[union-attr]
+    assert f"revise, cut at step {k}" in text and "of 0..3" in text
+    assert "regenerated from the cut" in text and "<answer> A2 </answer>" in text
+    assert "refined answer: A2 (was A1)" in text
