@@ -75,3 +75,20 @@ def test_search_r2_preset_runs_one_step(tiny_model_dir: Path, tmp_path: Path) ->
         decision = record.decisions[0].decision
         assert decision.role == "meta" and decision.token_ids
         assert record.decisions[0].cut_step == record.cut_step
+
+
+def test_sft_with_meta_examples_reports_refiner_accuracy(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    args = [
+        "sft", "--config", "tiny_cpu_sft", "--out", str(tmp_path),
+        f"model.name_or_path={tiny_model_dir}", "max_examples=4", "meta_examples=6",
+        "meta_eval_size=4", "data.world.num_entities=60", "data.world.train_questions=20",
+        "data.world.dev_questions=4", "data.world.test_questions=6", "policy.autocast=fp32",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["sft/examples"] == 10.0 and summary["meta/labelled"] == 4.0
+    for key in ("meta/discriminator_accuracy", "meta/trimmer_exact_step"):
+        assert 0.0 <= summary[key] <= 1.0
