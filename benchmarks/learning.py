@@ -30,6 +30,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from searchrl.eval.stats import PairedResult, paired_test
+
 HOPS = "[0.34, 0.33, 0.33, 0.0]"
 ROLLOUT = ("rollout.max_response_tokens=120", "rollout.max_obs_tokens=300",
            "rollout.max_total_tokens=2048")  # fmt: skip
@@ -179,6 +181,24 @@ def _format_valid(folder: Path) -> float | None:
     return sum(valid) / max(len(valid), 1)
 
 
+def _paired_gain(folder: Path, arm: str, seed: int) -> PairedResult | None:
+    """The arm's per-question EM minus the SFT start's on the same questions, with its 95%
+    paired bootstrap interval (None until both evaluations exist)."""
+
+    def per_question(name: str) -> dict[str, float] | None:
+        path = folder / name / "samples.jsonl"
+        if not path.is_file():
+            return None
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return {r["id"]: float(r["em"]) for r in rows}
+
+    after, before = per_question(arm), per_question("eval_sft")
+    if after is None or before is None:
+        return None
+    ids = sorted(after.keys() & before.keys())
+    return paired_test([after[i] for i in ids], [before[i] for i in ids], 4000, 0.95, seed)
+
+
 def _mean_std(values: list[float | None]) -> str:
     found = [v for v in values if v is not None]
     if not found:
@@ -223,6 +243,16 @@ def summarize(root: Path, seeds: Sequence[int]) -> str:
         lines.append(f"| {label} | {_mean_std([_em(s) for s in picked])} | "
                      + " | ".join(_mean_std([_em(s, str(h)) for s in picked]) for h in (1, 2, 3))
                      + " |")  # fmt: skip
+    lines += ["", "| seed, arm | EM − SFT's (95% paired bootstrap) | wins / losses | sign-test p |",
+              "|---|---|---|---|"]  # fmt: skip
+    for seed in seeds:
+        for arm in ARMS:
+            gain = _paired_gain(root / f"seed{seed}", f"eval_{arm}", seed)
+            if gain is not None:
+                lines.append(
+                    f"| {seed} {arm} | {gain.diff:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}] | "
+                    f"{gain.wins} / {gain.losses} | {gain.p_value:.2g} |"
+                )
     lines += ["", "| seed | SFT min | GRPO masked min | SFT + GRPO min |", "|---|---|---|---|"]
     for seed in seeds:
         times_path = root / f"seed{seed}" / "times.json"
