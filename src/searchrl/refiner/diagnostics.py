@@ -16,6 +16,8 @@ Decomposition") measured on every step's scored trajectories:
   measures it.
 - `refiner/revision_{wrong_to_right,right_to_wrong,unchanged}`: counts of revised
   trajectories by exact match before → after.
+A round whose probes were skipped (`RefineOutcome.probes_ran`, dynamic sampling's top-up
+rounds) adds to the revision counts and rates but not to A_prec or S_trim.
 A quantity without data in a step is logged as 0 with its count (`…_n`) at 0.
 """
 
@@ -71,6 +73,8 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
                 key = "wrong_to_right" if after else "right_to_wrong"
                 key = "unchanged" if before == after else key
                 counts[key] += 1
+                if not out.probes_ran:
+                    continue
                 alpha.append(0.0)
                 gap.append(_score(orig) - _score(final))
                 weights.append(1.0)

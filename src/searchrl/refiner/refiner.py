@@ -64,6 +64,10 @@ class RefineOutcome:
     """Trajectories accepted at their first reading."""
     refine_s: float = 0.0
     probe_s: float = 0.0
+    probes_ran: bool = True
+    """False when the probes were skipped (a dynamic-sampling top-up round): its accepted
+    trajectories then stand for nothing in A_prec, so the round is left out of A_prec and
+    S_trim (its revisions still count)."""
 
     def unscored(self) -> list[Trajectory]:
         """Probe and original trajectories that are not final ones (each scored once)."""
@@ -117,9 +121,11 @@ class MetaRefiner:
         return readings
 
     def refine(
-        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool
+        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True
     ) -> RefineOutcome:
-        """Algorithm 1 over a batch; trimmer cuts are drawn (seeded) unless `greedy`."""
+        """Algorithm 1 over a batch; trimmer cuts are drawn (seeded) unless `greedy`. Without
+        `probe` the diagnostic probes are skipped (they cost as much generation as the
+        revisions and are needed once per step, not per sampling round)."""
         started = time.perf_counter()
         final = list(trajectories)
         for traj in final:
@@ -163,7 +169,9 @@ class MetaRefiner:
                     outcome.trims[i] = new
             open_rows = [i for i, _ in cuts]
         outcome.refine_s = time.perf_counter() - started
-        self._probe(outcome, first_readings, seed, greedy)
+        outcome.probes_ran = probe
+        if probe:
+            self._probe(outcome, first_readings, seed, greedy)
         return outcome
 
     def _record(self, traj: Trajectory, reading: Reading, k: int, first: bool) -> None:

@@ -79,7 +79,7 @@ class RefineFn(Protocol):
     """Finished trajectories → the Meta-Refiner's outcome (final trajectories and probes)."""
 
     def __call__(
-        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool
+        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True
     ) -> RefineOutcome: ...
 
 
@@ -238,7 +238,11 @@ class Trainer:
                 )
             if self.refine is not None:
                 with timer("refine"), evaluating(self.policy):
-                    outcomes.append(self.refine(trajectories, seed=seed + dist.rank, greedy=False))
+                    outcomes.append(
+                        self.refine(
+                            trajectories, seed=seed + dist.rank, greedy=False, probe=rounds == 0
+                        )
+                    )
                 trajectories = outcomes[-1].final
             with timer("reward"):
                 self._score(trajectories)

@@ -129,6 +129,20 @@ def test_accept_keeps_the_trajectory(
     assert outcome.trims[0] is not final and len(outcome.unscored()) == 2
 
 
+def test_probes_can_be_skipped(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=100.0, probe_share=1.0)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    answers = backend.script.answers
+    outcome = refiner.refine([traj], seed=3, greedy=False, probe=False)
+    assert not outcome.probes_ran and outcome.accepted == 1
+    assert outcome.probed == [] and outcome.trims == {} and outcome.random_cuts == {}
+    assert outcome.unscored() == [] and outcome.probe_s == 0.0
+    assert backend.script.answers == answers  # nothing was regenerated
+
+
 def test_greedy_regeneration_is_refused(
     setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> None:

@@ -22,7 +22,9 @@ def fake_refiner(decision_ids: list[int]):  # type: ignore[no-untyped-def]
     """Accepts every trajectory, recording one decision of `decision_ids` after a fixed
     meta prompt (the tokens joint optimization trains on)."""
 
-    def refine(trajs: Sequence[Trajectory], *, seed: int, greedy: bool) -> RefineOutcome:
+    def refine(
+        trajs: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True
+    ) -> RefineOutcome:
         for t in trajs:
             decision = MetaDecision(
                 prompt="m",
@@ -112,6 +114,25 @@ def test_refiner_metrics_by_hand() -> None:
     assert m["refiner/a_prec"] == pytest.approx(weighted_cov([0, 1], [-1, 1], [1, 3]))
     assert m["refiner/a_prec"] > 0
     assert m["refiner/s_trim"] == pytest.approx(0.5) and m["refiner/s_trim_n"] == 2
+
+
+def test_unprobed_round_counts_revisions_but_not_a_prec() -> None:
+    decision = MetaDecision("m", [1], Segment("meta", "1", [1]), 1, 1, 0.5)
+    orig = [_traj(0, 0), _traj(1, 1)]
+    final = [_traj(1, 1), orig[1]]
+    final[0].refinement = Refinement(True, 1, 0, 0.5, 1, [decision])
+    final[1].refinement = Refinement(False, 0, 1, -0.5, 0, [decision])
+    probed = RefineOutcome(final=final, originals=orig, accepted=1, probed=[1])
+    probed.trims = {0: final[0], 1: _traj(0, 0)}
+    probed.random_cuts = {0: _traj(0, 0), 1: _traj(0, 0)}
+    top_up = RefineOutcome(final=[_traj(1, 1)], originals=[_traj(0, 0)], probes_ran=False)
+    top_up.final[0].refinement = Refinement(True, 1, 0, 0.5, 1, [decision])
+    top_up.trims = {0: top_up.final[0]}
+    alone = refiner_metrics([probed])
+    both = refiner_metrics([probed, top_up])
+    assert both["refiner/revision_wrong_to_right"] == 2 and both["refiner/revision_rate"] == 2 / 3
+    for key in ("refiner/a_prec", "refiner/a_prec_n", "refiner/s_trim", "refiner/s_trim_n"):
+        assert both[key] == alone[key]
 
 
 def test_config_rules() -> None:

@@ -1,0 +1,34 @@
+"""The Search-R2 presets are full Search-R2: the Meta-Refiner, joint optimization and the gated
+hybrid reward with its process term; the paper's preset stays loadable without an endpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchrl.cli.train import resolve_preset
+from searchrl.config.errors import ConfigError
+from searchrl.config.loading import load_config
+from searchrl.config.train import TrainConfig
+
+
+@pytest.mark.parametrize(
+    ("preset", "judge"), [("tiny_cpu_search_r2", "oracle"), ("search_r2_grpo", "rule")]
+)
+def test_search_r2_presets_use_the_process_reward(preset: str, judge: str) -> None:
+    config = load_config(TrainConfig, resolve_preset(preset))
+    assert config.refiner.enabled and config.refiner.joint
+    assert config.reward.kind == "hybrid" and config.reward.process
+    assert config.reward.judge == judge
+
+
+def test_paper_preset_numbers() -> None:
+    config = load_config(TrainConfig, resolve_preset("search_r2_grpo"))
+    assert (config.n_samples, config.batch_size, config.steps) == (5, 512, 300)
+    assert config.optim.lr == pytest.approx(1e-6) and config.optim.warmup_ratio == 0.285
+    assert config.algo.kl_coef == 0.001 and config.refiner.max_revisions == 1
+    assert config.refiner.margin == 0.0
+
+
+def test_llm_judge_needs_an_endpoint() -> None:
+    with pytest.raises(ConfigError, match=r"llm_judge\.url"):
+        load_config(TrainConfig, resolve_preset("search_r2_grpo"), ["reward.judge=llm"])
