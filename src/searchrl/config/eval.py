@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from searchrl.config.model import ModelConfig
+from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 
 
@@ -42,6 +43,10 @@ class EvalConfig:
     """The generation model (`--model`); the embedded default for prompted baselines."""
     rollout: RolloutConfig = field(default_factory=_greedy_rollout)
     """Budgets (B = `max_turns` searches, top-k, token limits) shared by every method."""
+    refiner: RefinerConfig = field(default_factory=RefinerConfig)
+    """`search-r2` only: τ (`margin`), N_max (`max_revisions`), `micro_batch_size`, and the
+    baseline switches `discriminator` and `trimmer`; `enabled`, `joint` and the probes are
+    training settings and are ignored here."""
 
 
 @dataclass(frozen=True)

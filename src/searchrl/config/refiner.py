@@ -5,7 +5,7 @@ whether the refiner's decisions are trained on. Defaults are the paper's (τ = 0
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from searchrl.config.checks import Fraction, PositiveInt, Range
 from searchrl.config.errors import ConfigError
@@ -33,6 +33,16 @@ class RefinerConfig:
     """Joint optimization: each meta prompt + decision joins the batch as an extra row whose
     decision tokens carry the final trajectory's advantage. Off: the policy trains on the
     reasoning traces only (the paper's "Search-R1 + Meta-Refiner" ablation row)."""
+
+    discriminator: Literal["model", "rule"] = "model"
+    """Who decides to revise: `model` (the log-odds against τ, the paper) or `rule`, a
+    baseline the paper never ran: revise iff the trajectory has no answer or one of its
+    searches returned nothing new (no passage, or only passages an earlier search returned).
+    The rule reads no gold answer, so it is fair at evaluation too."""
+
+    trimmer: Literal["model", "random"] = "model"
+    """Where to cut: `model` (π_h over the valid steps, the paper) or `random`, a uniformly
+    random step 1..T (seeded; the random-cut baseline)."""
 
     micro_batch_size: PositiveInt = 4
     """Meta prompts per forward pass when scoring the candidate answers."""

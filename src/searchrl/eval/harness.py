@@ -84,7 +84,7 @@ class Resources:
 
 
 def _run_record(config: EvalConfig) -> dict[str, Any]:
-    return {
+    record = {
         "method": config.method,
         "model": to_dict(config.model),
         "seed": config.seed,
@@ -92,6 +92,9 @@ def _run_record(config: EvalConfig) -> dict[str, Any]:
         "reason_tokens": config.reason_tokens,
         "ircot_step_tokens": config.ircot_step_tokens,
     }
+    if config.method == "search-r2":  # other methods' folders keep their old record
+        record["refiner"] = to_dict(config.refiner)
+    return record
 
 
 def _check_run(out: Path, config: EvalConfig) -> None:
@@ -183,7 +186,7 @@ def _generate(
     """Run the method batch by batch, appending each finished batch to the store."""
     retriever = RecordingRetriever(resources.open_retriever()) if spec.retrieval else None
     policy = resources.load_policy()
-    ctx = Context(policy.backend, policy.tokenizer, retriever, config)
+    ctx = Context(policy.backend, policy.tokenizer, retriever, config, policy.model)
     total = already + len(todo)
     bar = progress_bar(
         spec.name, total, enabled=config.progress, unit="questions", completed=already

@@ -11,6 +11,7 @@ retriever, batched across questions.
 | search-o1  | agentic search, documents condensed by Reason-in-Documents (`eval.agents`) |
 | r1         | a policy trained without search: the rollout engine with `search=False`    |
 | sft, rejection, search-r1 | a trained policy: the Search-R1 rollout engine            |
+| search-r2  | the Search-R1 rollout, then the Meta-Refiner (argmax trimmer, `refiner.*`)  |
 
 Single-turn methods reuse the rollout engine with search off, so every method's output is the
 same `Trajectory` record, scored by the same metrics.
@@ -21,9 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from torch import nn
+
 from searchrl.config.eval import EvalConfig
 from searchrl.data.templates import cot_prompt, direct_prompt, rag_prompt, render_chat
 from searchrl.models.generation import GenerationBackend
+from searchrl.refiner import MetaRefiner
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
 from searchrl.rollout.loop import RolloutEngine, run_rollouts
@@ -39,6 +43,9 @@ class Context:
     tokenizer: object
     retriever: Retriever | None
     config: EvalConfig
+    model: nn.Module | None = None
+    """The transformers module behind the backend (None for vLLM): the Meta-Refiner scores
+    its candidate answers with it."""
 
 
 @dataclass
@@ -161,3 +168,28 @@ def policy_method(search: bool) -> RunFn:
         return [Outcome(t) for t in trajectories]
 
     return run
+
+
+def run_search_r2(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
+    """Search-R2 at evaluation: the policy's rollout, then the Meta-Refiner with τ =
+    `refiner.margin`, at most `refiner.max_revisions` rounds and the trimmer's argmax (no
+    probes). Every trajectory keeps its `refinement` record. A greedy first pass is
+    regenerated at temperature 1 (seeded): a greedy continuation would repeat the cut suffix."""
+    if ctx.model is None:
+        raise ValueError(
+            "search-r2 needs the policy's weights to score the meta prompt (HF backend)"
+        )
+    assert ctx.retriever is not None
+    first = policy_method(search=True)(questions, ctx)
+    rollout = ctx.config.rollout
+    if rollout.temperature <= 0:
+        rollout = replace(rollout, temperature=1.0)
+    pad = ctx.tokenizer.pad_token_id  # type: ignore[attr-defined]
+    refiner = MetaRefiner(
+        ctx.model, ctx.tokenizer, ctx.backend, ctx.retriever, rollout, ctx.config.refiner,
+        pad if pad is not None else 0,
+    )  # fmt: skip
+    outcome = refiner.refine(
+        [o.trajectory for o in first], seed=ctx.config.seed, greedy=True, probe=False
+    )
+    return [Outcome(t) for t in outcome.final]

@@ -1,6 +1,6 @@
 """Every method `searchrl eval --method` knows, by name.
 
-Adding a method (e.g. Search-R2 with its Meta-Refiner) is one function `(questions, ctx) ->
+Adding a method is one function `(questions, ctx) ->
 list[Outcome]` and one `MethodSpec` line below.
 """
 
@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from searchrl.eval.agents import run_ircot, run_search_o1
-from searchrl.eval.methods import RunFn, policy_method, run_cot, run_direct, run_rag
+from searchrl.eval.methods import (
+    RunFn,
+    policy_method,
+    run_cot,
+    run_direct,
+    run_rag,
+    run_search_r2,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ METHODS = MappingProxyType(
             MethodSpec("sft", _SEARCHING, True, True, "SFT policy with search"),
             MethodSpec("rejection", _SEARCHING, True, True, "rejection-sampling SFT policy"),
             MethodSpec("search-r1", _SEARCHING, True, True, "RL-trained policy with search"),
+            MethodSpec("search-r2", run_search_r2, True, True, "policy + Meta-Refiner (refiner.*)"),
         )
     }
 )

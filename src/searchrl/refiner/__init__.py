@@ -5,7 +5,7 @@ trajectory is cut there and regenerated (seed 001, Algorithm 1)."""
 from searchrl.refiner.diagnostics import refiner_metrics
 from searchrl.refiner.joint import meta_rows
 from searchrl.refiner.meta import Reading
-from searchrl.refiner.refiner import MetaRefiner, RefineOutcome, regeneration_seed
+from searchrl.refiner.refiner import MetaRefiner, RefineOutcome, regeneration_seed, rule_revise
 from searchrl.refiner.steps import cut_before, meta_prompt, split_steps
 
 __all__ = [
@@ -17,5 +17,6 @@ __all__ = [
     "meta_rows",
     "refiner_metrics",
     "regeneration_seed",
+    "rule_revise",
     "split_steps",
 ]

@@ -41,6 +41,20 @@ from searchrl.rollout.sampler import row_seed
 from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajectory
 
 
+def rule_revise(traj: Trajectory) -> bool:
+    """The rule-based discriminator: no answer, or a search that returned no passage or only
+    passages an earlier search of the trajectory had already returned."""
+    if traj.answer is None:
+        return True
+    seen: set[str] = set()
+    for call in traj.searches:
+        new = set(call.doc_ids) - seen
+        if not new:
+            return True
+        seen |= new
+    return False
+
+
 def regeneration_seed(seed: int, round_index: int) -> int:
     """The rollout seed of revision round `round_index` (never the first pass's own)."""
     return row_seed(seed, "meta-refiner", round_index + 1)
@@ -145,8 +159,7 @@ class MetaRefiner:
             for i, reading in zip(open_rows, readings, strict=True):
                 if reading is None:
                     continue
-                rng = None if greedy else random.Random(row_seed(seed, final[i].id, round_index))
-                k = reading.cut(rng) if reading.revise(self.config.margin) else 0
+                k = self._cut(final[i], reading, seed, round_index, greedy)
                 self._record(final[i], reading, k, first=round_index == 0)
                 if round_index == 0:
                     first_readings[i] = reading
@@ -173,6 +186,34 @@ class MetaRefiner:
         if probe:
             self._probe(outcome, first_readings, seed, greedy)
         return outcome
+
+    def revise(self, traj: Trajectory, reading: Reading) -> bool:
+        """The discriminator (`config.discriminator`): the model's log-odds against τ, or the
+        rule baseline (no answer, or a search that returned nothing new)."""
+        if reading.steps == 0:
+            return False
+        if self.config.discriminator == "rule":
+            return rule_revise(traj)
+        return reading.revise(self.config.margin)
+
+    def trim(
+        self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
+    ) -> int:
+        """The trimmer (`config.trimmer`): π_h drawn with a seed per trajectory and round (its
+        argmax when `greedy`), or a uniformly random step, seeded even when greedy."""
+        if self.config.trimmer == "random":
+            rng = random.Random(row_seed(seed, f"random-trim:{traj.id}", round_index))
+            return rng.randint(1, reading.steps)
+        rng = None if greedy else random.Random(row_seed(seed, traj.id, round_index))
+        return reading.cut(rng)
+
+    def _cut(
+        self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
+    ) -> int:
+        """0 to accept, else the step to cut at."""
+        if not self.revise(traj, reading):
+            return 0
+        return self.trim(traj, reading, seed, round_index, greedy)
 
     def _record(self, traj: Trajectory, reading: Reading, k: int, first: bool) -> None:
         ids = reading.candidates[k]
@@ -221,8 +262,8 @@ class MetaRefiner:
         regen_seed = regeneration_seed(seed, 0)
         jobs: list[tuple[str, int, Trajectory]] = []
         for i in outcome.probed:
-            rng = None if greedy else random.Random(row_seed(seed, outcome.originals[i].id, 0))
-            jobs.append(("trim", i, cut_before(outcome.originals[i], readings[i].cut(rng))))
+            k = self.trim(outcome.originals[i], readings[i], seed, 0, greedy)
+            jobs.append(("trim", i, cut_before(outcome.originals[i], k)))
         if self.config.random_cut_probe:
             for i in sorted([*outcome.trims, *outcome.probed]):
                 k = picker.randint(1, readings[i].steps)

@@ -3,14 +3,18 @@ prompts, what it retrieves (one batched call per round), what it records."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from rollout_fakes import DictRetriever, ScriptedBackend
 
 from searchrl.config.eval import EvalConfig
+from searchrl.config.refiner import RefinerConfig
 from searchrl.data.templates import cot_prompt, direct_prompt, r1_prompt, search_r1_prompt
 from searchrl.eval.methods import Context, RecordingRetriever
 from searchrl.eval.prompts import REASON_IN_DOCUMENTS_TEMPLATE
 from searchrl.eval.registry import METHODS, method
-from searchrl.types import Question
+from searchrl.types import Question, Trajectory
 
 FRANCE = Question("q1", "What is the capital of France", ("Paris",))
 EIFFEL = Question("q2", "Where was the designer of the Eiffel Tower born?", ("Dijon",))
@@ -126,3 +130,47 @@ def test_ircot_accepts_its_own_answer_is_ending(tokenizer, docs) -> None:
     (out,) = method("ircot").run([EIFFEL], context)
     assert out.trajectory.answer == "Dijon" and out.trajectory.metrics["em"] == 1.0
     assert out.trajectory.stats.searches == 2  # the question, then the first line
+
+
+class Searcher:
+    """Search once, then answer; every answer is new (`A1`, `A2`, …), so a regenerated
+    suffix can be told apart from the first pass."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def __call__(self, context: str) -> str:
+        if "Doc 1(Title" not in context:
+            return "<think> look it up </think>\n<search> Eiffel Tower </search>"
+        self.answers += 1
+        return f"<answer> A{self.answers} </answer>"
+
+
+def test_search_r2_refines_after_the_rollout(tokenizer, tiny, docs) -> None:
+    script = Searcher()
+    config = replace(CONFIG, refiner=RefinerConfig(margin=-100.0, max_revisions=2))
+    context = Context(
+        ScriptedBackend(tokenizer, script), tokenizer, DictRetriever(docs), config, tiny
+    )
+    (out,) = method("search-r2").run([EIFFEL], context)
+    traj, record = out.trajectory, out.trajectory.refinement
+    assert method("search-r2").trained and method("search-r2").retrieval
+    assert record is not None and record.revised and record.revisions == 2  # τ = −100
+    assert record.original_answer == "A1" and traj.answer == "A3"
+    assert len(record.decisions) == 2 and record.decisions[0].decision.role == "meta"
+    argmax = 1 + max(range(2), key=lambda i: record.decisions[-1].answer_logprobs[1 + i])
+    assert record.cut_step == argmax  # the trimmer's argmax at evaluation
+    assert Trajectory.from_json(traj.to_json()).refinement == record  # kept in samples.jsonl
+
+    accept = replace(CONFIG, refiner=RefinerConfig(margin=100.0))
+    context = Context(
+        ScriptedBackend(tokenizer, Searcher()), tokenizer, DictRetriever(docs), accept, tiny
+    )
+    (out,) = method("search-r2").run([EIFFEL], context)
+    assert out.trajectory.answer == "A1" and not out.trajectory.refinement.revised
+
+
+def test_search_r2_needs_the_weights(tokenizer, docs) -> None:
+    context = ctx(tokenizer, Searcher(), DictRetriever(docs))
+    with pytest.raises(ValueError, match="weights"):
+        method("search-r2").run([EIFFEL], context)

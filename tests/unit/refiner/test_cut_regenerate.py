@@ -13,9 +13,9 @@ from transformers import PreTrainedTokenizerBase
 
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, split_steps
+from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, rule_revise, split_steps
 from searchrl.rollout.loop import run_rollouts
-from searchrl.types import Document, Question, Trajectory
+from searchrl.types import Document, Question, SearchCall, Trajectory
 
 DOCS = [
     Document("d1", '"Paris"\nParis is the capital of France.'),
@@ -172,3 +172,44 @@ def test_chat_shows_decision_cut_and_suffix(
     assert f"revise, cut at step {k}" in text and "of 0..3" in text
     assert "regenerated from the cut" in text and "<answer> A2 </answer>" in text
     assert "refined answer: A2 (was A1)" in text
+
+
+def test_rule_discriminator(setup: tuple) -> None:
+    _, _, traj = setup
+    first, second = SearchCall("Paris", ["d1"], 0), SearchCall("Eiffel", ["d2", "d1"], 1)
+    traj = replace(traj, searches=[first, second])  # each search brings a new passage
+    assert traj.answer is not None and not rule_revise(traj)
+    assert rule_revise(replace(traj, answer=None))
+    repeated = replace(second, doc_ids=["d1"])
+    assert rule_revise(replace(traj, searches=[first, repeated]))
+    assert rule_revise(replace(traj, searches=[replace(first, doc_ids=[]), second]))
+
+
+def test_rule_discriminator_overrides_the_model(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    traj.searches = [SearchCall("Paris", ["d1"], 0), SearchCall("Eiffel", ["d2"], 1)]
+    config = RefinerConfig(
+        enabled=True, margin=-100.0, discriminator="rule", probe_share=0.0,
+        random_cut_probe=False,
+    )  # fmt: skip
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    outcome = refiner.refine([traj], seed=3, greedy=True)
+    assert outcome.final[0] is traj and outcome.accepted == 1  # τ = −100 is not asked
+    no_answer = replace(traj, answer=None)
+    outcome = refiner.refine([no_answer], seed=3, greedy=True)
+    assert outcome.final[0].refinement is not None and outcome.final[0].refinement.revised
+
+
+def test_random_trimmer_is_uniform_and_seeded(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=-100.0, trimmer="random")
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    (reading,) = refiner.read([traj])
+    assert reading is not None
+    cuts = [refiner.trim(traj, reading, seed, 0, greedy=True) for seed in range(300)]
+    assert set(cuts) == {1, 2, 3} and min(cuts.count(k) for k in (1, 2, 3)) > 60
+    assert cuts == [refiner.trim(traj, reading, seed, 0, greedy=True) for seed in range(300)]
