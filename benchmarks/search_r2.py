@@ -116,7 +116,7 @@ class Seed:
                    f"max_examples={self.args.sft_examples}",
                    f"meta_examples={self.args.meta_examples}"]  # fmt: skip
         out = ["--out", str(self.dir / "sft"), "--force"]
-        return [searchrl("sft", "--config", "tiny_cpu_sft", *out, *options)]
+        return [searchrl("sft", "--config", "tiny_cpu_sft", *out, *options, *self.args.sft_set)]
 
     def _train(self, arm: str) -> list[list[str]]:
         group = 2 * self.args.group if arm == "r1_2g" else self.args.group
@@ -352,6 +352,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
+    parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for the SFT warm start (repeatable)")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

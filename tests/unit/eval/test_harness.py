@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from rollout_fakes import DictRetriever, ScriptedBackend
 
 from searchrl.config.eval import EvalConfig
 from searchrl.config.model import ModelConfig
-from searchrl.eval.harness import EvalError, Resources, evaluate, load_sets
+from searchrl.config.refiner import RefinerConfig
+from searchrl.eval.harness import EvalError, Resources, _run_record, evaluate, load_sets
 from searchrl.eval.store import SampleStore, StoreError
 from searchrl.models.loading import Policy
 from searchrl.retrieval.base import RetrievalError
@@ -191,3 +193,11 @@ def test_load_sets_limits_each_set(tmp_path) -> None:
     assert [q.uid for q in loaded] == ["hotpotqa:0", "hotpotqa:1", "nq:0", "nq:1"]
     with pytest.raises(ValueError, match="twice"):
         load_sets([str(tmp_path / "nq.jsonl"), str(tmp_path / "nq.jsonl")], limit=0)
+
+
+def test_search_r2_runs_record_the_refiner_settings() -> None:
+    r2 = EvalConfig(method="search-r2")
+    assert "refiner" not in _run_record(EvalConfig(method="search-r1"))
+    assert _run_record(r2)["refiner"]["margin"] == 0.0
+    sharper = replace(r2, refiner=RefinerConfig(margin=1.0))
+    assert _run_record(sharper) != _run_record(r2)  # a folder never mixes two τ
