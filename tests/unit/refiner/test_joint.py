@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from searchrl.refiner.diagnostics import weighted_cov
 from searchrl.reward.outcome import em_reward
 from searchrl.train.loop import Trainer
 from searchrl.train.models import frozen_reference, prepare_policy
-from searchrl.types import MetaDecision, Refinement, Segment, Trajectory
+from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajectory
 
 
 def fake_refiner(decision_ids: list[int]):  # type: ignore[no-untyped-def]
@@ -114,6 +115,33 @@ def test_refiner_metrics_by_hand() -> None:
     assert m["refiner/a_prec"] == pytest.approx(weighted_cov([0, 1], [-1, 1], [1, 3]))
     assert m["refiner/a_prec"] > 0
     assert m["refiner/s_trim"] == pytest.approx(0.5) and m["refiner/s_trim_n"] == 2
+
+
+def test_only_the_first_sampling_round_is_probed() -> None:
+    def all_wrong(qs: Sequence[Question], *, n_samples: int, seed: int, greedy: bool):  # type: ignore[no-untyped-def]
+        trajs = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
+        for t in trajs:
+            t.answer = "no"  # every group flat: dynamic sampling draws a top-up round
+        return trajs
+
+    probes: list[bool] = []
+    inner = fake_refiner([10, 2])
+
+    def refine(
+        trajs: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True
+    ) -> RefineOutcome:
+        probes.append(probe)
+        return replace(inner(trajs, seed=seed, greedy=greedy), probes_ran=probe)
+
+    config = tiny_config(
+        refiner={"enabled": True},
+        algo={"kl_coef": 0.0, "dynamic_sampling": True, "max_sampling_rounds": 2},
+    )
+    trainer = Trainer(
+        config, tiny_llama(), None, None, 0, all_wrong, em_reward, questions(12), refine=refine
+    )
+    metrics, _ = trainer.step()
+    assert metrics["train/sampling_rounds"] == 2 and probes == [True, False]
 
 
 def test_unprobed_round_counts_revisions_but_not_a_prec() -> None:
