@@ -118,7 +118,9 @@ def test_refiner_metrics_by_hand() -> None:
 
 
 def test_only_the_first_sampling_round_is_probed() -> None:
-    def all_wrong(qs: Sequence[Question], *, n_samples: int, seed: int, greedy: bool):  # type: ignore[no-untyped-def]
+    def all_wrong(
+        qs: Sequence[Question], *, n_samples: int, seed: int, greedy: bool
+    ) -> list[Trajectory]:
         trajs = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
         for t in trajs:
             t.answer = "no"  # every group flat: dynamic sampling draws a top-up round
