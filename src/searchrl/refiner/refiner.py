@@ -22,6 +22,7 @@ Departures, on purpose:
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -257,7 +258,8 @@ class MetaRefiner:
         started = time.perf_counter()
         accepted = sorted(i for i, r in readings.items() if i not in outcome.trims)
         picker = random.Random(row_seed(seed, "probe", 0))
-        n_probe = round(self.config.probe_share * len(accepted))
+        # ceil: a share of a small batch must still probe someone (round(0.5 * 1) is 0)
+        n_probe = math.ceil(self.config.probe_share * len(accepted))
         outcome.probed = sorted(picker.sample(accepted, n_probe))
         regen_seed = regeneration_seed(seed, 0)
         jobs: list[tuple[str, int, Trajectory]] = []

@@ -129,6 +129,16 @@ def test_accept_keeps_the_trajectory(
     assert outcome.trims[0] is not final and len(outcome.unscored()) == 2
 
 
+def test_a_half_share_still_probes_a_lone_accepted_trajectory(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    backend, retriever, traj = setup
+    config = RefinerConfig(enabled=True, margin=100.0, probe_share=0.5)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    outcome = refiner.refine([traj], seed=3, greedy=False)
+    assert outcome.accepted == 1 and outcome.probed == [0] and set(outcome.trims) == {0}
+
+
 def test_probes_can_be_skipped(
     setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> None:
