@@ -3,16 +3,21 @@
 torch starts one OpenMP thread per core. When other processes hold those cores, the threads
 spin waiting for each other: on the 2-core dev machine with one other busy process, the same
 `searchrl rollout` generated in 7.7 s with one thread and in 119 s with two. So the default is
-the number of cores this process may run on (`os.sched_getaffinity`) minus the 1-minute load
-average, at least one; processes started together by `accelerate launch`/`torchrun` share the
-cores (`LOCAL_WORLD_SIZE`). An explicit setting always wins: a config field such as
-`policy.torch_threads`, then `SEARCHRL_THREADS`, then `OMP_NUM_THREADS`.
+the number of cores this process may run on (`os.sched_getaffinity`) minus the cores other
+processes keep busy right now (sampled from /proc/stat over a quarter second; the 1-minute load
+average where that is missing), at least one. Not the load average itself: it still counts a
+job that just ended (the `pip install` before `make demo`'s first command) for a minute or
+more, and a long run would then be pinned to one thread on an idle machine. Processes started
+together by `accelerate launch`/`torchrun` share the cores (`LOCAL_WORLD_SIZE`). An explicit
+setting always wins: a config field such as `policy.torch_threads`, then `SEARCHRL_THREADS`,
+then `OMP_NUM_THREADS`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +42,45 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def _cpu_times(path: str = "/proc/stat") -> dict[int, tuple[int, int]]:
+    """Per CPU: (busy, total) jiffies since boot (idle and iowait count as not busy)."""
+    times: dict[int, tuple[int, int]] = {}
+    with open(path) as stat:
+        for line in stat:
+            name, *fields = line.split()
+            if not name.startswith("cpu") or name == "cpu":
+                continue
+            values = [int(v) for v in fields[:8]]
+            idle = values[3] + values[4]
+            times[int(name[3:])] = (sum(values) - idle, sum(values))
+    return times
+
+
+def busy_between(
+    before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]], cpus: set[int]
+) -> float:
+    """How many of `cpus` were busy between two `_cpu_times` snapshots (0 … len(cpus))."""
+    busy = 0.0
+    for cpu in cpus & before.keys() & after.keys():
+        total = after[cpu][1] - before[cpu][1]
+        if total > 0:
+            busy += (after[cpu][0] - before[cpu][0]) / total
+    return busy
+
+
+def busy_cores(window_s: float = 0.25) -> float:
+    """Cores of this process's affinity that other processes keep busy now; the 1-minute load
+    average where /proc/stat cannot be read."""
+    cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    try:
+        before = _cpu_times()
+        time.sleep(window_s)
+        after = _cpu_times()
+    except (OSError, ValueError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return busy_between(before, after, cpus or set(after))
 
 
 def _positive_int(raw: str | None) -> int | None:
@@ -65,9 +109,9 @@ def choose_threads(
     processes = _positive_int(environ.get("LOCAL_WORLD_SIZE")) or 1
     if processes > 1:
         return ThreadChoice(max(1, cores // processes), f"{cores} cores / {processes} processes")
-    load = os.getloadavg()[0] if load is None and hasattr(os, "getloadavg") else (load or 0.0)
+    load = busy_cores() if load is None else load
     free = min(cores, max(1, int(cores - load + 0.5)))
-    return ThreadChoice(free, f"{cores} cores, load {load:.1f}")
+    return ThreadChoice(free, f"{cores} cores, {load:.1f} busy")
 
 
 def apply_threads(explicit: int = 0) -> ThreadChoice:

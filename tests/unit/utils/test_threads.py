@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from searchrl.utils.threads import apply_threads, choose_threads
+from searchrl.utils import threads
+from searchrl.utils.threads import apply_threads, busy_between, choose_threads
 
 
 def test_explicit_settings_win_in_order() -> None:
@@ -24,6 +25,37 @@ def test_free_cores_from_affinity_and_load(cores: int, load: float, threads: int
     choice = choose_threads(environ={}, cores=cores, load=load)
     assert choice.threads == threads
     assert choice.describe().startswith(f"{threads} thread")
+
+
+def test_busy_cores_count_only_this_process_cpus_between_snapshots() -> None:
+    before = {0: (100, 1000), 1: (500, 1000), 2: (0, 1000)}
+    after = {0: (200, 1100), 1: (550, 1100), 2: (100, 1100)}  # cpu 0 and 2 fully busy, 1 half
+    assert busy_between(before, after, {0, 1}) == pytest.approx(1.5)
+    assert busy_between(before, after, {2}) == pytest.approx(1.0)
+    assert busy_between(before, before, {0, 1, 2}) == 0.0  # no time passed: nothing known
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc/stat")
+def test_a_spinning_process_shows_as_one_busy_core_now_not_a_minute_later() -> None:
+    """The load average would still count a job that ended; /proc/stat sees only what runs."""
+    import subprocess
+    import sys
+    import time
+
+    cpu = min(os.sched_getaffinity(0))
+    spin = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"],
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    try:
+        time.sleep(0.3)
+        before = threads._cpu_times()
+        time.sleep(0.5)
+        after = threads._cpu_times()
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy_between(before, after, {cpu}) > 0.8
 
 
 def test_processes_launched_together_share_the_cores() -> None:
