@@ -344,12 +344,12 @@ def _demo_sft() -> SFTConfig:
 
 
 def _demo_rl() -> TrainConfig:
-    """A few GRPO steps with dynamic sampling (4 informative groups × 4 samples a step, at
-    most 2 rollout rounds); held-out EM on 100 test questions before and after. Sized for the
-    15-minute budget (the whole demo with 4 steps of up to 3 rounds took 26 min on one busy
-    core)."""
+    """Two GRPO steps with dynamic sampling's filter (4 prompts × 4 samples, groups with equal
+    rewards skipped, no top-up round); held-out EM on 100 test questions before and after.
+    Sized for the 15-minute budget: from a fresh clone with 3 steps of up to 2 rounds,
+    `make demo` took 16.6 min on the idle 2-core machine (SFT 5.9 min, 3 steps 62/95/112 s)."""
     return TrainConfig(
-        steps=3,
+        steps=2,
         batch_size=4,
         n_samples=4,
         mini_batch_size=4,
@@ -361,7 +361,7 @@ def _demo_rl() -> TrainConfig:
             advantage="grpo",
             kl_coef=0.0,
             dynamic_sampling=True,
-            max_sampling_rounds=2,
+            max_sampling_rounds=1,
             behaviour_correction="off",
         ),
         optim=OptimConfig(lr=1e-5, warmup_ratio=0.0, grad_clip=1.0),
