@@ -19,11 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,31 +27,11 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from searchrl.eval.stats import PairedResult, paired_test
+from stages import HOPS, ROLLOUT, call, searchrl
 
-HOPS = "[0.34, 0.33, 0.33, 0.0]"
-ROLLOUT = ("rollout.max_response_tokens=120", "rollout.max_obs_tokens=300",
-           "rollout.max_total_tokens=2048")  # fmt: skip
 ARMS = {"masked": "algo.mask_env=true", "unmasked": "algo.mask_env=false"}
 STAGES = ("world", "sft", "eval_sft", "masked", "eval_masked", "unmasked", "eval_unmasked",
           "cross_world", "eval_cross")  # fmt: skip
-
-
-def searchrl(*args: str) -> list[str]:
-    """The CLI of this interpreter's environment."""
-    return [str(Path(sys.executable).parent / "searchrl"), *args]
-
-
-def call(cmd: Sequence[str], log: Path, threads: int) -> float:
-    """Run one stage with its output in `log`; returns its wall seconds."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "SEARCHRL_THREADS": str(threads)}
-    start = time.perf_counter()
-    with log.open("ab") as handle:
-        code = subprocess.run(
-            list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env
-        ).returncode
-    if code != 0:
-        raise SystemExit(f"stage failed ({' '.join(cmd[:3])} …), see {log}")
-    return time.perf_counter() - start
 
 
 class Seed:

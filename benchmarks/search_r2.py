@@ -33,20 +33,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-HOPS = "[0.34, 0.33, 0.33, 0.0]"
-ROLLOUT = ("rollout.max_response_tokens=120", "rollout.max_obs_tokens=300",
-           "rollout.max_total_tokens=2048")  # fmt: skip
+from stages import HOPS, ROLLOUT, call, searchrl
+
 R1 = ("refiner.enabled=false", "refiner.joint=false", "reward.kind=em")
 TRACES_ONLY = ("refiner.joint=false", "reward.kind=em")
 ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
@@ -67,24 +62,6 @@ SWEEP = {  # full model at evaluation: stage → (τ, N_max); τ = 0, N_max = 1 
 }
 STAGES = ("world", "sft", "eval_sft", *ARMS, *(f"eval_{a}" for a in ARMS), "eval_full_r1",
           *SWEEP)  # fmt: skip
-
-
-def searchrl(*args: str) -> list[str]:
-    """The CLI of this interpreter's environment."""
-    return [str(Path(sys.executable).parent / "searchrl"), *args]
-
-
-def call(cmd: Sequence[str], log: Path, threads: int) -> float:
-    """Run one stage with its output in `log`; returns its wall seconds."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "SEARCHRL_THREADS": str(threads)}
-    start = time.perf_counter()
-    with log.open("ab") as handle:
-        code = subprocess.run(
-            list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env
-        ).returncode
-    if code != 0:
-        raise SystemExit(f"stage failed ({' '.join(cmd[:3])} …), see {log}")
-    return time.perf_counter() - start
 
 
 class Seed:
