@@ -143,6 +143,8 @@ class Trainer:
             config, self.sampler, rollout, self._score, self.dist, policy, refine
         )
         self.step_count = 0
+        self.on_stage: Callable[[str], None] | None = None
+        """Told the name of each stage of a step as it starts (progress display)."""
         algo, optim = config.algo, config.optim
         self.estimator = make_estimator(
             algo.advantage,
@@ -187,7 +189,7 @@ class Trainer:
     # ---- the pipeline -------------------------------------------------------------------
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
         """One RL step; returns its metrics and every trajectory sampled for it."""
-        timer = StageTimer()
+        timer = StageTimer(self.on_stage)
         with timer("step"):
             sampled, trained, counts = self.collector.collect(self.step_count, timer)
             stats: dict[str, float] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from statistics import fmean
@@ -42,12 +42,16 @@ class StageTimer:
     named stage of one step. Stages may nest; the outer one reports the max of its inner
     peaks (the peak counter is reset when each stage starts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_enter: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
+        self.on_enter = on_enter
+        """Told each stage's name as it starts (a progress bar shows what a long step does)."""
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.on_enter is not None:
+            self.on_enter(name)
         start = time.perf_counter()
         _reset_peak_rss()
         try:

@@ -70,3 +70,23 @@ def test_a_step_logs_the_drift_diagnostics(agg: str) -> None:
     assert metrics["rollout/no_answer"] == 0.0
     assert metrics["adv/policy_len_pos"] > 0 and metrics["adv/policy_len_neg"] > 0
     assert any(not torch.equal(before[k], v) for k, v in policy.state_dict().items())
+
+
+def test_the_rl_bar_says_which_stage_a_step_is_in() -> None:
+    """A CPU step takes minutes: the bar shows the step, its stage and the turns generated."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from searchrl.train.metrics import StageTimer
+    from searchrl.train.run import LiveStep
+
+    with Progress(console=Console(file=None, force_terminal=False)) as bar:
+        bar.add_task("", total=3)
+        live = LiveStep(bar, lambda m: f"reward={m['r']}" if m else "")
+        live.start(2, {"r": 0.5})
+        live.turns(7)
+        assert bar.tasks[0].description == "step 2: gen (7 turns)  | reward=0.5"
+        timer = StageTimer(live.stage)
+        with timer("update_actor"):
+            assert bar.tasks[0].description == "step 2: update_actor  | reward=0.5"
+        assert "update_actor" in timer.seconds
