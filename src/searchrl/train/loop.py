@@ -67,6 +67,11 @@ SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
 """Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
 
+def rollout_seed(seed: int, step: int, rounds: int, world_size: int) -> int:
+    """The seed of one sampling round of one step; each process adds its rank."""
+    return ((seed * 100_003 + step) * 8 + rounds) * world_size
+
+
 class RolloutFn(Protocol):
     """Questions → trajectories (`n_samples` each, grouped by question uid)."""
 
@@ -124,6 +129,8 @@ class Trainer:
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
         self.sampler = PromptSampler(questions, config.seed)
         self.step_count = 0
+        self.collected: Callable[[], None] | None = None
+        """Called once a step's rollouts are collected, before its update (`train.overlap`)."""
         algo, optim = config.algo, config.optim
         self.estimator = make_estimator(
             algo.advantage,
@@ -148,7 +155,8 @@ class Trainer:
             )
         correction = config.algo.behaviour_correction
         self.correct_behaviour = correction == "tis" or (
-            correction == "auto" and not engine_matches_trainer(config.model)
+            correction == "auto"
+            and (config.overlap.enabled or not engine_matches_trainer(config.model))
         )
         """Reweight by π_old/μ: the engine samples at another precision than the trainer."""
         self.settings = UpdateSettings(
@@ -171,6 +179,8 @@ class Trainer:
         timer = StageTimer()
         with timer("step"):
             sampled, trained, counts = self._collect(timer)
+            if self.collected is not None:  # overlap: the next step's rollouts start now
+                self.collected()
             stats: dict[str, float] = {}
             if trained:
                 meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])
@@ -228,7 +238,7 @@ class Trainer:
                 break
             prompts = self.sampler.next_batch(size, exclude=used)
             used.update(q.uid for q in prompts)
-            seed = ((cfg.seed * 100_003 + self.step_count) * 8 + rounds) * dist.world_size
+            seed = rollout_seed(cfg.seed, self.step_count, rounds, dist.world_size)
             with timer("gen"), evaluating(self.policy):
                 trajectories = self.rollout(
                     prompts[dist.rank :: dist.world_size],
