@@ -122,6 +122,10 @@ class VLLMBackend:
         self.dtype = dtype
         self.last_sync_s = 0.0
         """Seconds the last `sync_weights` took (writing the file + reloading)."""
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        """Prompt tokens sent, and those of them served from the prefix cache (running sums:
+        the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
 
     @classmethod
@@ -235,6 +239,8 @@ class VLLMBackend:
             outputs = self.llm.generate(requests, request_params, use_tqdm=False)
             for i, output in zip(index, outputs, strict=True):
                 results[i] = self._convert(output.outputs[0])
+                self.prompt_tokens += len(prompts[i])
+                self.cached_tokens += int(output.num_cached_tokens or 0)
         return [r for r in results if r is not None]
 
     def _convert(self, completion: Any) -> Generation:
