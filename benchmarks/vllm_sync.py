@@ -12,19 +12,29 @@ import sys
 import time
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its live descendants (vLLM's)."""
+def cpu_seconds(skip: frozenset[int] = frozenset()) -> float:
+    """User + system CPU seconds of this process and its live descendants (vLLM's), leaving
+    out the processes in `skip` (an engine about to be closed: its CPU must not be subtracted
+    when it is gone)."""
     import psutil
 
     me = psutil.Process()
     total = 0.0
     for proc in [me, *me.children(recursive=True)]:
+        if proc.pid in skip:
+            continue
         try:
             times = proc.cpu_times()
         except psutil.NoSuchProcess:
             continue
         total += times.user + times.system
     return total
+
+
+def children() -> frozenset[int]:
+    import psutil
+
+    return frozenset(p.pid for p in psutil.Process().children(recursive=True))
 
 
 def main() -> None:
@@ -41,7 +51,7 @@ def main() -> None:
     config = ModelConfig(vllm_kv_cache_gib=1.0)
 
     def start() -> VLLMBackend:
-        wall, cpu = time.perf_counter(), cpu_seconds()
+        wall, cpu = time.perf_counter(), cpu_seconds(skip=children())
         engine = VLLMBackend.from_module(
             model, tokenizer, config, dtype="bfloat16", max_model_len=2048
         )
