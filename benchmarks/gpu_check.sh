@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Proves the vLLM backend on a machine with an NVIDIA GPU (not run in CI):
+# Proves the vLLM backend on a machine with an NVIDIA GPU (not run in CI). The backend is one
+# class with one code path on CPU and GPU (`searchrl.models.vllm_backend`); this runs the GPU side:
 #   1. installs the [vllm] extra into the project venv,
 #   2. runs the same greedy multi-turn rollout (embedded SmolLM2, synthetic world, BM25) with the
 #      HF backend and with the vLLM backend,
 #   3. compares them: same trajectory structure, and greedy text that agrees on most turns
 #      (bf16 kernels differ, so a few divergent tokens are expected; sampled runs differ by
 #      design because the two engines use different random streams),
-#   4. checks weight sync: perturbed weights pushed into the running vLLM engine change its
-#      greedy output, and pushing the original weights back restores it exactly,
-#   5. FSDP (policy.strategy=fsdp) on every visible GPU (2 or more; NCCL): the 2-process test
+#   4. checks weight sync: perturbed weights pushed into the running vLLM engine (vLLM's
+#      `reload_weights` from a RAM-backed safetensors file) change its greedy output, and pushing
+#      the original weights back restores it exactly; then the engine tests the CPU build runs
+#      (tests/unit/models/test_model_vllm.py: log-probs and greedy choices against transformers,
+#      stop strings, prefix caching across turns, sync) and the overlap tests,
+#   5. two GRPO steps of the tiny preset with model.backend=vllm, synchronous and with the
+#      rollouts overlapped with the updates (overlap.enabled=true),
+#   6. FSDP (policy.strategy=fsdp) on every visible GPU (2 or more; NCCL): the 2-process test
 #      (same whole weights on every rank after a step, exact resume from a sharded
 #      checkpoint), then two GRPO steps of `searchrl train` on the embedded model, sharded,
 #      with the vLLM engine generating from the gathered weights.
 # Usage: bash benchmarks/gpu_check.sh [N_QUESTIONS]   (run from the repository root)
-# Not run yet: no GPU was lent while it was written.
+# Not run yet: no GPU was lent while it was written (issues 12 and 18).
 set -euo pipefail
 N="${1:-16}"
 PY="${PY:-.venv/bin/python}"
@@ -86,6 +92,13 @@ if perturbed == before or restored != before:
     sys.exit("vLLM weight sync did not take effect")
 print(f"OK; trajectories in {out}")
 PY
+
+"$PY" -m pytest -q tests/unit/models/test_model_vllm.py tests/unit/train/test_overlap.py
+for overlap in false true; do
+  .venv/bin/searchrl train --config tiny_cpu_grpo --out "$OUT/grpo_overlap_$overlap" steps=2 \
+    data.eval_size=0 model.backend=vllm algo.behaviour_correction=auto overlap.enabled=$overlap
+  grep -o '"timing_s/weight_sync": [0-9.e-]*' "$OUT/grpo_overlap_$overlap/metrics.jsonl"
+done
 
 GPUS="$(nvidia-smi -L | wc -l)"
 if [ "$GPUS" -ge 2 ]; then

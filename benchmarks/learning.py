@@ -20,7 +20,8 @@ unseen world.
 | `recipe` | the CPU recipe (`tiny_cpu_grpo`) from the SFT warm start |
 | `unmasked` | the recipe with retrieved tokens in the loss (the paper's ablation) |
 | `weak` | the recipe from a weak warm start (SFT on `--weak-examples` references) |
-| `old` | what had landed: per-trajectory mean, no answer signal, 4 turns, lr 1e-5 at once, one mini-batch |
+| `old` | as landed before: per-trajectory mean, no answer signal, 4 turns, lr 1e-5 from step 1, |
+|  | one mini-batch |
 | `no_drgrpo` | the recipe with the per-trajectory mean (`seq-mean-token-mean`) |
 | `no_answer_signal` | the recipe without the forced answer and the no-answer penalty |
 | `big_steps` | the recipe with lr 1e-5, no warm-up, one mini-batch (no clipping) |
@@ -245,8 +246,9 @@ def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
 def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     """Markdown tables (per seed; mean ± std over seeds; paired gains; times) and a PNG."""
     models = _models(arms)
-    lines = ["| seed | model | EM [95% CI] | 1-hop | 2-hop | 3-hop | 4-hop | searches 1/2/3/4-hop "
-             "| valid format | answered |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| seed | model | EM [95% CI] | 1-hop | 2-hop | 3-hop | 4-hop "
+             "| searches 1/2/3/4-hop | valid format | answered |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for seed in seeds:
         d = root / f"seed{seed}"
         for label, name, _ in models:

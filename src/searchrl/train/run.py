@@ -51,6 +51,7 @@ from searchrl.train.environment import (
 from searchrl.train.loop import Distributed, Trainer
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
+from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
 from searchrl.train.sft import (
     labelled_references,
     meta_accuracy,
@@ -202,6 +203,15 @@ def build_reward(
     return make_reward(reward, {q.uid: q for q in questions}, judge)
 
 
+def engine_metrics(engine: object, overlapped: OverlappedRollout | None) -> dict[str, float]:
+    """Seconds the last weight sync took (engines that time it: vLLM, CTranslate2) and,
+    with overlap, the staleness of the step's rollouts and the trainer's wait for them."""
+    if overlapped is not None:
+        return overlapped.metrics()
+    seconds = getattr(engine, "last_sync_s", None)
+    return {} if seconds is None else {"timing_s/weight_sync": float(seconds)}
+
+
 def _summary(metrics: dict[str, float]) -> str:
     keys = ("critic/score/mean", "val/em", "env/number_of_valid_search", "timing_s/step")
     return " ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k}={metrics[k]:.3g}"
@@ -222,10 +232,12 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
-    backend = MeteredBackend(
-        make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    engine = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    shared = SharedEngine(engine) if config.overlap.enabled else None
+    backend = MeteredBackend(shared if shared is not None else engine)
+    rollout = make_rollout_fn(
+        backend, policy, tokenizer, env.retriever, config.rollout, sync=shared is None
     )
-    rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.questions(config.data.train_split)
     held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
@@ -238,6 +250,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     trainer = Trainer(
         config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
     )
+    overlapped = attach(trainer, shared, rollout, policy) if shared is not None else None
     ckpt_root = out_dir / "checkpoints"
     wandb = config.logging.wandb_project if main else ""
     writer = MetricsWriter(out_dir, config.logging.tensorboard and main, wandb, to_dict(config))
@@ -269,6 +282,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             live.start(trainer.step_count + 1, metrics)
             with backend.reporting(live.turns):
                 metrics, trajs = trainer.step()
+            metrics.update(engine_metrics(engine, overlapped))
             step = trainer.step_count
             last = step == config.steps
             every = config.eval_every
@@ -292,6 +306,11 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             if bar is not None:
                 bar.update(bar.task_ids[0], completed=step, description=_summary(metrics))
     writer.close()
+    if overlapped is not None:
+        overlapped.close()
+    close = getattr(engine, "close", None)
+    if callable(close):  # vLLM: stop its processes now, not at interpreter exit
+        close()
     if dist.sharded:
         weights = fsdp.full_state_dict(policy, main)
         if main:

@@ -1,7 +1,8 @@
-"""The vLLM backend's output conversion, checked without vLLM (GPU-only) installed."""
+"""The vLLM backend's output conversion and weight-sync file, checked without vLLM."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -34,39 +35,45 @@ def test_stop_reasons_map_to_the_backend_contract(tokenizer, finish, stop, reaso
 
 
 class FakeEngine:
-    """`vllm.LLM`'s two calls that weight sync uses, with in-process "workers" whose models
-    record what `load_weights` received (vLLM's loader takes (HF name, tensor) pairs)."""
+    """`vllm.LLM`'s two calls that weight sync uses, with in-process "workers" that read the
+    weights file they are pointed at, as vLLM's `reload_weights` does."""
 
     def __init__(self, workers: int) -> None:
-        self.loaded: list[dict[str, torch.Tensor]] = [{} for _ in range(workers)]
+        self.workers = workers
+        self.loaded: list[dict[str, torch.Tensor]] = []
         self.cache_resets = 0
 
-    def collective_rpc(self, method):  # type: ignore[no-untyped-def]
-        results = []
-        for store in self.loaded:
-            model = SimpleNamespace(load_weights=lambda weights, store=store: store.update(weights))
-            results.append(method(SimpleNamespace(model_runner=SimpleNamespace(model=model))))
-        return results
+    def collective_rpc(self, method, kwargs):  # type: ignore[no-untyped-def]
+        from safetensors.torch import load_file
+
+        assert method == "reload_weights" and kwargs["is_checkpoint_format"]
+        path = Path(kwargs["weights_path"]) / "model.safetensors"
+        self.loaded = [load_file(str(path)) for _ in range(self.workers)]
+        return [None] * self.workers
 
     def reset_prefix_cache(self) -> None:
         self.cache_resets += 1
 
 
-def test_weight_sync_sends_every_tensor_to_every_worker(tokenizer) -> None:
+def test_weight_sync_writes_every_tensor_in_the_engine_dtype(tokenizer) -> None:
     source = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
     engine = FakeEngine(workers=2)
-    VLLMBackend(llm=engine, tokenizer=tokenizer).sync_weights(source)
+    backend = VLLMBackend(llm=engine, tokenizer=tokenizer, dtype=torch.bfloat16)
+    backend.sync_weights(source)
     expected = source.state_dict()
     for store in engine.loaded:
         assert store.keys() == expected.keys()
         for name, tensor in expected.items():
-            assert torch.equal(store[name], tensor) and store[name].device.type == "cpu"
-            assert store[name].data_ptr() != tensor.data_ptr()  # a copy: later updates can't leak
-    assert engine.cache_resets == 1
+            assert store[name].dtype == torch.bfloat16
+            assert torch.equal(store[name], tensor.to(torch.bfloat16))
+    assert engine.cache_resets == 1 and backend.last_sync_s > 0
 
 
-def test_weight_sync_fails_loudly_when_a_worker_loads_nothing(tokenizer) -> None:
+def test_weight_sync_leaves_a_tied_head_to_the_engine(tokenizer, tiny) -> None:
+    """vLLM ties the LM head to the embedding itself; the file holds the embedding once."""
     engine = FakeEngine(workers=1)
-    engine.collective_rpc = lambda method: [0]  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="expected 2"):
-        VLLMBackend(llm=engine, tokenizer=tokenizer).sync_weights(torch.nn.Linear(2, 2))
+    VLLMBackend(llm=engine, tokenizer=tokenizer, dtype=torch.float32).sync_weights(tiny)
+    (store,) = engine.loaded
+    assert "lm_head.weight" not in store
+    assert torch.equal(store["model.embed_tokens.weight"], tiny.model.embed_tokens.weight)
+    assert store.keys() == tiny.state_dict().keys() - {"lm_head.weight"}

