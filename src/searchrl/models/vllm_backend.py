@@ -28,6 +28,7 @@ why calling the model's `load_weights` directly fails there).
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -127,6 +128,10 @@ class VLLMBackend:
         """Prompt tokens sent, and those of them served from the prefix cache (running sums:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
+        self._closed = False
+        # Registered after multiprocessing's own exit hook, so it runs first: a command that
+        # never calls `close` would otherwise hang at exit joining the engine's processes.
+        atexit.register(self.close)
 
     @classmethod
     def create(
@@ -198,7 +203,10 @@ class VLLMBackend:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Stop the engine's processes and remove its scratch files."""
+        """Stop the engine's processes and remove its scratch files (once; also at exit)."""
+        if self._closed:
+            return
+        self._closed = True
         engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if engine is not None:
             engine.shutdown()

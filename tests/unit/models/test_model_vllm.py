@@ -188,3 +188,35 @@ def test_engine_settings_are_the_same_on_every_platform() -> None:
     )  # fmt: skip
     assert kwargs["seed"] == 7 and kwargs["enable_prefix_caching"]
     assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["block_size"] == 32
+
+
+EXITS_WITHOUT_CLOSE = """
+import sys
+from transformers import AutoTokenizer
+from searchrl.config.model import ModelConfig
+from searchrl.models.loading import tiny_model
+from searchrl.models.vllm_backend import VLLMBackend
+
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
+config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+VLLMBackend.from_module(module, tokenizer, config, dtype="float32", max_model_len=256)
+print("engine up", flush=True)
+"""
+
+
+def test_a_command_that_never_closes_the_engine_still_exits(
+    tokenizer: PreTrainedTokenizerBase, tmp_path
+) -> None:
+    """`searchrl rollout` with vLLM hung at exit (multiprocessing joined the engine's live
+    processes) until the backend shut its engine down from an exit hook."""
+    import subprocess
+    import sys
+
+    tokenizer.save_pretrained(tmp_path / "tok")
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(tmp_path / "tok")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "engine up" in done.stdout
