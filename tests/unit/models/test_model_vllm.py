@@ -216,7 +216,7 @@ def test_a_command_that_never_closes_the_engine_still_exits(
     tokenizer.save_pretrained(tmp_path / "tok")
     done = subprocess.run(
         [sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(tmp_path / "tok")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "engine up" in done.stdout
