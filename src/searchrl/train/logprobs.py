@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from searchrl.algo.losses import entropy_from_logits
 from searchrl.train.collate import Batch
-from searchrl.train.packing import enable_packing, pack
+from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
 
 EntropyMode = Literal["grad", "log", "none"]
 
@@ -81,8 +81,10 @@ def forward_logprobs(
     With `mask` ([b, R], the tokens the caller will use), only columns some row uses are
     computed; the others are 0. `with_entropy="grad"` keeps the entropy in the graph (entropy
     bonus); `"log"` computes it without gradient, so the softmax is not held for backward."""
-    if enable_packing(model):
-        return _packed_logprobs(model, batch, temperature, with_entropy, mask)
+    implementation = enable_packing(model)
+    if implementation is not None:
+        share_prefix = implementation == PACKED_SDPA
+        return _packed_logprobs(model, batch, temperature, with_entropy, mask, share_prefix)
     columns = used_columns(mask)
     logits = response_logits(model, batch, temperature, columns)  # [b, K, V]
     ids = batch.response_ids if columns is None else batch.response_ids[:, columns]
@@ -106,6 +108,7 @@ def _packed_logprobs(
     temperature: float,
     with_entropy: EntropyMode,
     mask: Tensor | None,
+    share_prefix: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """`forward_logprobs` on the micro-batch packed into one row; only the used tokens go
     through the LM head, values are placed back at their `[b, R]` positions."""
@@ -113,7 +116,7 @@ def _packed_logprobs(
     if mask is not None:
         used = used & mask.bool()
     rows, columns = used.nonzero(as_tuple=True)  # row-major: packed order
-    packed = pack(batch)
+    packed = pack(batch, share_prefix)
     out = model(
         **packed.kwargs(), logits_to_keep=packed.logit_index(rows, columns), use_cache=False
     )

@@ -5,20 +5,29 @@ loss (checked against the trajectories' own token ids)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 from tests.unit.train.fakes import questions, scripted_rollout, tiny_llama
 
-from searchrl.algo.losses import aggregate, token_mean_weights, training_mask
+from searchrl.algo.losses import aggregate, make_loss_weights, token_mean_weights, training_mask
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import batched_logprobs, forward_logprobs
 from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
+from searchrl.train.update import Experience, UpdateSettings, optimize, policy_micro_loss
 from searchrl.types import Trajectory
 
 
-def _trajectories() -> list[Trajectory]:
-    return scripted_rollout(questions(3), n_samples=2, seed=3, greedy=False)
+def _trajectories(shared: bool = True) -> list[Trajectory]:
+    """Two samples each of 3 questions; with `shared`, every prompt starts with the same 5
+    tokens (the instruction) and the samples of a question share their whole prompt."""
+    trajs = scripted_rollout(questions(3), n_samples=2, seed=3, greedy=False)
+    if shared:
+        for first, second in zip(trajs[::2], trajs[1::2], strict=True):
+            first.prompt_ids = [7, 8, 9, 10, 11, *first.prompt_ids]
+            second.prompt_ids = list(first.prompt_ids)
+    return trajs
 
 
 def _padded_twin(model: torch.nn.Module) -> torch.nn.Module:
@@ -32,7 +41,8 @@ def _unpadded_logprobs(model: torch.nn.Module, traj: Trajectory) -> dict[int, to
     """log p(token | prefix) of each policy token of `traj`, one sequence alone in a batch of
     one, keyed by the token's index in the response; targets read from the segments."""
     ids = traj.prompt_ids + traj.response_ids
-    logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
     logp = torch.log_softmax(logits, -1)
     out, t = {}, 0
     for segment in traj.segments:
@@ -46,7 +56,8 @@ def _unpadded_logprobs(model: torch.nn.Module, traj: Trajectory) -> dict[int, to
 def test_pack_lays_rows_end_to_end_with_restarting_positions() -> None:
     trajs = _trajectories()
     batch = collate(trajs, pad_id=0)
-    packed = pack(batch)
+    packed = pack(batch, share_prefix=False)
+    assert packed.shared_prefix == 0
     expected = [tok for t in trajs for tok in t.prompt_ids + t.response_ids]
     assert packed.input_ids[0].tolist() == expected
     lengths = [len(t.prompt_ids) + len(t.response_ids) for t in trajs]
@@ -57,11 +68,30 @@ def test_pack_lays_rows_end_to_end_with_restarting_positions() -> None:
         assert packed.input_ids[0, start] == traj.response_ids[0]
 
 
-def test_packed_logprobs_equal_each_sequence_alone_and_env_tokens_stay_out() -> None:
+def test_pack_lays_a_shared_prefix_down_once() -> None:
+    trajs = _trajectories()
+    packed = pack(collate(trajs, pad_id=0), share_prefix=True)
+    assert packed.shared_prefix == 5
+    expected = trajs[0].prompt_ids[:5] + [
+        tok for t in trajs for tok in (t.prompt_ids + t.response_ids)[5:]
+    ]
+    assert packed.input_ids[0].tolist() == expected
+    lengths = [len(t.prompt_ids) + len(t.response_ids) for t in trajs]
+    assert packed.position_ids[0].tolist() == list(range(5)) + [
+        p for n in lengths for p in range(5, n)
+    ]
+    pair = pack(collate(trajs[:2], pad_id=0), share_prefix=True)  # a group: the whole prompt
+    assert pair.shared_prefix == len(trajs[0].prompt_ids)
+    one = pack(collate(trajs[:1], pad_id=0), share_prefix=True)
+    assert one.shared_prefix == 0
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_packed_logprobs_equal_each_sequence_alone_and_env_tokens_stay_out(shared: bool) -> None:
     torch.manual_seed(0)
     model = tiny_llama()
-    assert enable_packing(model) and model.config._attn_implementation == PACKED_SDPA
-    trajs = _trajectories()
+    assert enable_packing(model) == PACKED_SDPA == model.config._attn_implementation
+    trajs = _trajectories(shared)
     batch = collate(trajs, pad_id=0)
     mask = training_mask(batch.policy_mask, batch.response_mask, mask_env=True)
     with torch.no_grad():
@@ -74,8 +104,10 @@ def test_packed_logprobs_equal_each_sequence_alone_and_env_tokens_stay_out() -> 
             torch.testing.assert_close(logp[row, t], value, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_packed_and_padded_give_the_same_sft_loss_and_gradients(checkpointing: bool) -> None:
+@pytest.mark.parametrize(("checkpointing", "shared"), [(False, False), (False, True), (True, True)])
+def test_packed_and_padded_give_the_same_sft_loss_and_gradients(
+    checkpointing: bool, shared: bool
+) -> None:
     torch.manual_seed(0)
     packed_model = tiny_llama()
     padded_model = _padded_twin(packed_model)
@@ -83,7 +115,7 @@ def test_packed_and_padded_give_the_same_sft_loss_and_gradients(checkpointing: b
         packed_model.activation_checkpointing_enable({"use_reentrant": False})
     packed_model.train()
     padded_model.train()
-    trajs = _trajectories()
+    trajs = _trajectories(shared)
     batch = collate(trajs, pad_id=0)
     mask = training_mask(batch.policy_mask, batch.response_mask, mask_env=True)
     weights = token_mean_weights(mask)
@@ -146,5 +178,42 @@ def test_switching_to_packed_attention_leaves_padded_forwards_unchanged() -> Non
 
 def test_eager_attention_is_not_packed() -> None:
     model = _padded_twin(tiny_llama())
-    assert not enable_packing(model)
+    assert enable_packing(model) is None
     assert model.config._attn_implementation == "eager"
+
+
+def test_packed_and_padded_give_the_same_policy_update() -> None:
+    """One GRPO mini-batch through `optimize` (clipped surrogate, seq-mean-token-mean weights,
+    old log-probs from a no-grad pass): same stats and same SGD step, packed (3 rows a forward)
+    or padded (one row a forward)."""
+    torch.manual_seed(0)
+    packed_model = tiny_llama()
+    padded_model = _padded_twin(packed_model)
+    trajs = _trajectories()
+    batch = collate(trajs, pad_id=0)
+    mask = training_mask(batch.policy_mask, batch.response_mask, mask_env=True)
+    advantages = torch.linspace(-1.0, 1.0, len(trajs)).unsqueeze(1) * mask
+    settings = UpdateSettings(
+        micro_batch_size=1, grad_clip=0.0, bf16=False, temperature=1.0, clip_eps=0.2,
+        kl_coef=0.0, entropy_coef=0.01, value_clip=0.5, on_policy=False,
+    )  # fmt: skip
+
+    def update(model: torch.nn.Module, micro: int) -> tuple[dict[str, float], list[torch.Tensor]]:
+        old = batched_logprobs(model, batch, micro, 1.0, False, mask) - 0.05 * mask
+        exp = Experience(batch, mask, old, advantages)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        loss = policy_micro_loss(model, exp, replace(settings, micro_batch_size=micro), None)
+        rows = [list(range(len(trajs)))]
+        weights = make_loss_weights("seq-mean-token-mean")
+        stats = optimize(
+            list(model.parameters()), optimizer, rows, weights, mask, micro, 0.0, loss, "actor"
+        )
+        return stats, [p.detach().clone() for p in model.parameters()]
+
+    padded_stats, padded_params = update(padded_model, 1)
+    packed_stats, packed_params = update(packed_model, 3)
+    assert padded_stats.keys() == packed_stats.keys()
+    for key, value in padded_stats.items():
+        assert packed_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    for a, b in zip(padded_params, packed_params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
