@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from searchrl.algo.losses import entropy_from_logits
 from searchrl.train.collate import Batch
-from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
+from searchrl.train.packing import PACKED_SDPA, enable_packing, micro_batches, pack
 
 EntropyMode = Literal["grad", "log", "none"]
 
@@ -156,15 +156,17 @@ def batched_logprobs(
     temperature: float,
     bf16: bool,
     mask: Tensor | None = None,
+    micro_batch_tokens: int = 0,
 ) -> Tensor:
-    """Log-probs of the response tokens, micro-batched, no gradient → [B, R] (0 on pad, and
+    """Log-probs of the response tokens, micro-batched (at most `micro_batch_size` rows and,
+    when > 0, `micro_batch_tokens` tokens a forward), no gradient → [B, R] (0 on pad, and
     with `mask` [B, R] only the masked-in tokens are guaranteed)."""
     device = next(model.parameters()).device
     parts = []
-    for start in range(0, batch.input_ids.shape[0], micro_batch_size):
-        rows = range(start, min(start + micro_batch_size, batch.input_ids.shape[0]))
+    lengths = batch.attention_mask.sum(1).tolist()
+    for rows in micro_batches(lengths, micro_batch_size, micro_batch_tokens):
         mb = batch.select(rows)
-        used = None if mask is None else mask[list(rows), : mb.response_length]
+        used = None if mask is None else mask[rows, : mb.response_length]
         with autocast(bf16, device):
             logp, _ = forward_logprobs(model, to_device(mb, device), temperature, "none", used)
         parts.append(_pad_to(logp.float().cpu(), batch.response_length))

@@ -28,6 +28,7 @@ variable-length kernel; the prefix is not shared there.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -169,3 +170,23 @@ def pack(batch: Batch, share_prefix: bool) -> Packed:
         response_start=starts + (prompt_width - first) - prefix,
         max_length=int(lengths.max()),
     )
+
+
+def micro_batches(lengths: Sequence[int], max_rows: int, max_tokens: int = 0) -> list[list[int]]:
+    """Positions 0..n−1, in order, cut into micro-batches of at most `max_rows` rows and, when
+    `max_tokens` > 0, at most that many tokens (a row longer than that goes alone). Packed,
+    a forward's time and memory follow its tokens, not its rows: the cap lets short rows share
+    a forward while a few long ones cannot exhaust memory."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for i, n in enumerate(lengths):
+        full = len(current) >= max_rows or (max_tokens > 0 and tokens + n > max_tokens)
+        if current and full:
+            out.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += int(n)
+    if current:
+        out.append(current)
+    return out

@@ -37,6 +37,7 @@ from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device
 from searchrl.train.models import make_optimizer, trainable, warmup_then_linear_decay
+from searchrl.train.packing import micro_batches
 from searchrl.types import Question, Trajectory
 
 LogFn = Callable[[int, dict[str, float]], None]
@@ -226,8 +227,8 @@ def run_sft(
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for first in range(0, mask.shape[0], config.micro_batch_size):
-            rows = list(range(first, min(first + config.micro_batch_size, mask.shape[0])))
+        lengths = batch.attention_mask.sum(1).tolist()
+        for rows in micro_batches(lengths, config.micro_batch_size, config.micro_batch_tokens):
             mb = batch.select(rows)
             w = weights[rows, : mb.response_length].to(device)
             with autocast(bf16, device):

@@ -14,7 +14,8 @@ from tests.unit.train.fakes import questions, scripted_rollout, tiny_llama
 from searchrl.algo.losses import aggregate, make_loss_weights, token_mean_weights, training_mask
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import batched_logprobs, forward_logprobs
-from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
+from searchrl.train.models import Critic
+from searchrl.train.packing import PACKED_SDPA, enable_packing, micro_batches, pack
 from searchrl.train.update import Experience, UpdateSettings, optimize, policy_micro_loss
 from searchrl.types import Trajectory
 
@@ -198,22 +199,55 @@ def test_packed_and_padded_give_the_same_policy_update() -> None:
         kl_coef=0.0, entropy_coef=0.01, value_clip=0.5, on_policy=False,
     )  # fmt: skip
 
-    def update(model: torch.nn.Module, micro: int) -> tuple[dict[str, float], list[torch.Tensor]]:
-        old = batched_logprobs(model, batch, micro, 1.0, False, mask) - 0.05 * mask
+    lengths = batch.attention_mask.sum(1)
+
+    def update(
+        model: torch.nn.Module, micro: int, cap: int = 0
+    ) -> tuple[dict[str, float], list[torch.Tensor]]:
+        old = batched_logprobs(model, batch, micro, 1.0, False, mask, cap) - 0.05 * mask
         exp = Experience(batch, mask, old, advantages)
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         loss = policy_micro_loss(model, exp, replace(settings, micro_batch_size=micro), None)
         rows = [list(range(len(trajs)))]
         weights = make_loss_weights("seq-mean-token-mean")
+        params = list(model.parameters())
         stats = optimize(
-            list(model.parameters()), optimizer, rows, weights, mask, micro, 0.0, loss, "actor"
+            params, optimizer, rows, weights, mask, micro, 0.0, loss, "actor", lengths, cap
         )
         return stats, [p.detach().clone() for p in model.parameters()]
 
     padded_stats, padded_params = update(padded_model, 1)
-    packed_stats, packed_params = update(packed_model, 3)
-    assert padded_stats.keys() == packed_stats.keys()
-    for key, value in padded_stats.items():
-        assert packed_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    for a, b in zip(padded_params, packed_params, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    twin = copy.deepcopy(packed_model)
+    for model, micro, cap in ((packed_model, 3, 0), (twin, 6, int(lengths.max()) + 5)):
+        packed_stats, packed_params = update(model, micro, cap)
+        assert padded_stats.keys() == packed_stats.keys()
+        for key, value in padded_stats.items():
+            assert packed_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        for a, b in zip(padded_params, packed_params, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_micro_batches_cap_rows_and_tokens() -> None:
+    assert micro_batches([5, 5, 5, 5], max_rows=3) == [[0, 1, 2], [3]]
+    assert micro_batches([5, 5, 20, 5, 5], max_rows=8, max_tokens=12) == [[0, 1], [2], [3, 4]]
+    assert micro_batches([], max_rows=2) == []
+
+
+def test_packed_critic_values_and_gradients_equal_the_padded_ones() -> None:
+    torch.manual_seed(0)
+    critic = Critic(tiny_llama())
+    torch.nn.init.normal_(critic.head.weight, std=0.1)  # zero at init: give values a signal
+    padded = copy.deepcopy(critic)
+    padded.backbone.config._attn_implementation = "eager"
+    batch = collate(_trajectories(), pad_id=0)
+    results = []
+    for model in (critic, padded):
+        values = model(batch)
+        (values * batch.response_mask).sum().backward()
+        results.append((values.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert critic.backbone.config._attn_implementation == PACKED_SDPA
+    (packed_values, packed_grads), (padded_values, padded_grads) = results
+    mask = batch.response_mask
+    torch.testing.assert_close(packed_values * mask, padded_values * mask, atol=1e-5, rtol=1e-5)
+    for a, b in zip(packed_grads, padded_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
