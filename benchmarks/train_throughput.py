@@ -13,7 +13,7 @@ demo's settings of its own tree (`DemoConfig().sft` / `.rl`) unless the arm over
   back-propagated (prompt, policy and passages); in-loss tokens/s only the trained ones.
 - GRPO update: the next 16 references as one step's trajectories (4 groups of 4, GRPO advantages
   from fixed pseudo-rewards), old log-probs (`batched_logprobs`), then one `optimize` pass of
-  the policy surrogate over one mini-batch of all 16 rows.
+  the policy surrogate over one mini-batch of all 16 rows in the trainer's seeded shuffle.
 
 Results go to `<out>/results.jsonl` one line per (repetition, arm), so a killed run resumes
 where it stopped. Wall-clock tokens/s is the headline; tokens per CPU-second is printed too
@@ -41,9 +41,9 @@ OLD_DEFAULT = "d9d7872"
 ARMS: dict[str, tuple[str, dict[str, object]]] = {
     "old": ("old", {}),
     "new": ("new", {}),
-    "new, bf16 autocast": ("new", {"autocast": "bf16"}),
-    "new, fp32": ("new", {"autocast": "fp32"}),
-    "new, 1 sequence per forward": ("new", {"micro_batch_size": 1}),
+    "new-bf16": ("new", {"autocast": "bf16"}),  # bf16 autocast whatever the probe says
+    "new-fp32": ("new", {"autocast": "fp32"}),
+    "new-mb1": ("new", {"micro_batch_size": 1}),  # one sequence per forward: no packing gain
 }
 GROUPS, GROUP_SIZE = 4, 4
 
@@ -67,7 +67,13 @@ def _worker(args: argparse.Namespace) -> None:
     from searchrl.train.logprobs import batched_logprobs
     from searchrl.train.models import make_optimizer, trainable, use_bf16
     from searchrl.train.sft import reference_trajectory, run_sft, solved_references
-    from searchrl.train.update import Experience, UpdateSettings, optimize, policy_micro_loss
+    from searchrl.train.update import (
+        Experience,
+        UpdateSettings,
+        minibatches,
+        optimize,
+        policy_micro_loss,
+    )
 
     overrides = json.loads(args.overrides)
     torch.set_num_threads(args.threads)
@@ -77,6 +83,12 @@ def _worker(args: argparse.Namespace) -> None:
         demo.sft,
         epochs=1.0,
         micro_batch_size=int(overrides.get("micro_batch_size", demo.sft.micro_batch_size)),
+    )
+    # the old tree has no token cap: pass it only where the tree knows it
+    rl_tokens = (
+        {"micro_batch_tokens": demo.rl.micro_batch_tokens}
+        if hasattr(demo.rl, "micro_batch_tokens")
+        else {}
     )
     autocast = str(overrides.get("autocast", "auto"))
     policy, tokenizer = load_policy(ModelConfig(), PolicyConfig(autocast=autocast))  # type: ignore[arg-type]
@@ -119,7 +131,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     def old_logprobs() -> None:
         with torch.no_grad():
-            holder["old"] = batched_logprobs(policy, batch, micro, 1.0, bf16, mask)
+            holder["old"] = batched_logprobs(policy, batch, micro, 1.0, bf16, mask, **rl_tokens)
 
     policy.eval()
     lp_wall, lp_cpu = timed(old_logprobs)
@@ -133,8 +145,11 @@ def _worker(args: argparse.Namespace) -> None:
     def update() -> None:
         weights = make_loss_weights("seq-mean-token-mean")
         loss = policy_micro_loss(policy, exp, settings, None)
-        rows = list(range(len(rl_trajs)))
-        optimize(trainable(policy), optimizer, [rows], weights, mask, micro, 1.0, loss, "actor")
+        rows = minibatches(len(rl_trajs), 1, torch.Generator().manual_seed(0))  # as the trainer
+        caps = {"lengths": batch.attention_mask.sum(1), **rl_tokens} if rl_tokens else {}
+        optimize(
+            trainable(policy), optimizer, rows, weights, mask, micro, 1.0, loss, "actor", **caps
+        )
 
     policy.train()
     up_wall, up_cpu = timed(update)
