@@ -271,7 +271,11 @@ class TrainConfig:
     mini_batch_size: PositiveInt = 256
     """Prompts per policy update (batch_size / mini_batch_size updates per epoch)."""
     micro_batch_size: PositiveInt = 8
-    """Sequences per forward/backward (gradient accumulation fills the mini-batch)."""
+    """Sequences per forward/backward (gradient accumulation fills the mini-batch). The
+    sequences of a micro-batch are packed into one row (no padding)."""
+    micro_batch_tokens: NonNegativeInt = 0
+    """> 0: a forward also holds at most this many tokens (a longer sequence goes alone), so
+    many short trajectories share a forward while a few long ones cannot exhaust memory."""
     ppo_epochs: PositiveInt = 1
     """Passes over each step's rollouts."""
     save_every: PositiveInt = 100
@@ -319,7 +323,9 @@ class SFTConfig:
     batch_size: PositiveInt = 8
     """Sequences per optimizer step."""
     micro_batch_size: PositiveInt = 4
-    """Sequences per forward/backward."""
+    """Sequences per forward/backward (packed into one row)."""
+    micro_batch_tokens: NonNegativeInt = 0
+    """> 0: a forward also holds at most this many tokens (see TrainConfig)."""
     lr: PositiveFloat = 1e-4
     """Peak learning rate."""
     warmup_ratio: Fraction = 0.05

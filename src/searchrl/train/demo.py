@@ -139,7 +139,15 @@ def _world_and_sft(
     else:
         sft_cfg = replace(config.sft, data=replace(config.sft.data, world_dir=str(world_dir)))
         result = sft(sft_cfg, out / "sft")
-    console.print(f"SFT: {int(result['sft/examples'])} examples, loss {result['sft/loss']:.3f}")
+    speed = (
+        f", {result['sft/tokens_per_s']:.0f} tokens/s ({result['sft/loss_tokens_per_s']:.0f} in "
+        "the loss)"
+        if "sft/tokens_per_s" in result
+        else ""
+    )
+    console.print(
+        f"SFT: {int(result['sft/examples'])} examples, loss {result['sft/loss']:.3f}{speed}"
+    )
     return world_dir, result
 
 

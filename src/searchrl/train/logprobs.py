@@ -1,10 +1,15 @@
 """Per-token log-probabilities (and entropies, values) of response tokens.
 
 Only the positions whose log-probs are used go through the LM head (`logits_to_keep`): never
-the prompt's, and with a loss mask only the columns where some row of the micro-batch has a
-trained token. At 49k vocabulary entries the head is ~21% of SmolLM2's weights and its fp32
-log-softmax dominates memory traffic: skipping the retrieved-passage positions made a
-training step ~40% faster on our CPU (217 → 307 tokens/s, bf16, one thread).
+the prompt's, and with a loss mask only the tokens some caller uses (packed) or the columns
+where some row of the micro-batch has one (padded). At 49k vocabulary entries the head is ~21%
+of SmolLM2's weights and its fp32 log-softmax dominates memory traffic: skipping the
+retrieved-passage positions made a training step ~40% faster on our CPU (217 → 307 tokens/s,
+bf16, one thread).
+
+The sequences of a micro-batch are packed into one row (`train.packing`) whenever the model's
+attention allows it (SDPA, FlashAttention); the padded layout remains for other attention
+implementations.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from torch import Tensor, nn
 
 from searchrl.algo.losses import entropy_from_logits
 from searchrl.train.collate import Batch
+from searchrl.train.packing import PACKED_SDPA, enable_packing, micro_batches, pack
 
 EntropyMode = Literal["grad", "log", "none"]
 
@@ -75,6 +81,10 @@ def forward_logprobs(
     With `mask` ([b, R], the tokens the caller will use), only columns some row uses are
     computed; the others are 0. `with_entropy="grad"` keeps the entropy in the graph (entropy
     bonus); `"log"` computes it without gradient, so the softmax is not held for backward."""
+    implementation = enable_packing(model)
+    if implementation is not None:
+        share_prefix = implementation == PACKED_SDPA
+        return _packed_logprobs(model, batch, temperature, with_entropy, mask, share_prefix)
     columns = used_columns(mask)
     logits = response_logits(model, batch, temperature, columns)  # [b, K, V]
     ids = batch.response_ids if columns is None else batch.response_ids[:, columns]
@@ -90,6 +100,41 @@ def forward_logprobs(
     return _scatter(logp, columns, batch.response_length), (
         None if entropy is None else _scatter(entropy, columns, batch.response_length)
     )
+
+
+def _packed_logprobs(
+    model: nn.Module,
+    batch: Batch,
+    temperature: float,
+    with_entropy: EntropyMode,
+    mask: Tensor | None,
+    share_prefix: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """`forward_logprobs` on the micro-batch packed into one row; only the used tokens go
+    through the LM head, values are placed back at their `[b, R]` positions."""
+    used = batch.response_mask.bool()
+    if mask is not None:
+        used = used & mask.bool()
+    rows, columns = used.nonzero(as_tuple=True)  # row-major: packed order
+    packed = pack(batch, share_prefix)
+    out = model(
+        **packed.kwargs(), logits_to_keep=packed.logit_index(rows, columns), use_cache=False
+    )
+    logits = out.logits[0].float()  # [K, V]
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = gather_logprobs(logits, batch.response_ids[rows, columns])  # [K]
+    entropy = None
+    if with_entropy == "grad":
+        entropy = entropy_from_logits(logits)
+    elif with_entropy == "log":
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+
+    def place(values: Tensor) -> Tensor:  # [K] → [b, R], zeros elsewhere (differentiable)
+        return values.new_zeros(used.shape).index_put((rows, columns), values)
+
+    return place(logp), None if entropy is None else place(entropy)
 
 
 def _scatter(values: Tensor, columns: Tensor, width: int) -> Tensor:
@@ -111,15 +156,17 @@ def batched_logprobs(
     temperature: float,
     bf16: bool,
     mask: Tensor | None = None,
+    micro_batch_tokens: int = 0,
 ) -> Tensor:
-    """Log-probs of the response tokens, micro-batched, no gradient → [B, R] (0 on pad, and
+    """Log-probs of the response tokens, micro-batched (at most `micro_batch_size` rows and,
+    when > 0, `micro_batch_tokens` tokens a forward), no gradient → [B, R] (0 on pad, and
     with `mask` [B, R] only the masked-in tokens are guaranteed)."""
     device = next(model.parameters()).device
     parts = []
-    for start in range(0, batch.input_ids.shape[0], micro_batch_size):
-        rows = range(start, min(start + micro_batch_size, batch.input_ids.shape[0]))
+    lengths = batch.attention_mask.sum(1).tolist()
+    for rows in micro_batches(lengths, micro_batch_size, micro_batch_tokens):
         mb = batch.select(rows)
-        used = None if mask is None else mask[list(rows), : mb.response_length]
+        used = None if mask is None else mask[rows, : mb.response_length]
         with autocast(bf16, device):
             logp, _ = forward_logprobs(model, to_device(mb, device), temperature, "none", used)
         parts.append(_pad_to(logp.float().cpu(), batch.response_length))

@@ -177,6 +177,7 @@ class Trainer:
         """Reweight by π_old/μ: the engine samples at another precision than the trainer."""
         self.settings = UpdateSettings(
             micro_batch_size=config.micro_batch_size,
+            micro_batch_tokens=config.micro_batch_tokens,
             grad_clip=optim.grad_clip,
             bf16=use_bf16(config.policy.autocast, policy),
             temperature=max(config.rollout.temperature, 1e-6),
@@ -246,22 +247,23 @@ class Trainer:
         the engine's behaviour log-probs."""
         batch = collate(trajectories, self.pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
-        micro, bf16, temp = (
+        micro, bf16, temp, tokens = (
             self.settings.micro_batch_size,
             self.settings.bf16,
             self.settings.temperature,
+            self.settings.micro_batch_tokens,
         )
         with evaluating(self.policy):
             old_logp = (
                 torch.zeros(batch.response_ids.shape)
                 if self.settings.on_policy and not self.correct_behaviour
-                else batched_logprobs(self.policy, batch, micro, temp, bf16, mask)
+                else batched_logprobs(self.policy, batch, micro, temp, bf16, mask, tokens)
             )
             ref_logp = None
             if self.config.algo.kl_coef > 0:
                 ref_model, context = reference_context(self.policy, self.reference)
                 with context:  # type: ignore[attr-defined]
-                    ref_logp = batched_logprobs(ref_model, batch, micro, temp, bf16, mask)
+                    ref_logp = batched_logprobs(ref_model, batch, micro, temp, bf16, mask, tokens)
         old_values = None
         if self.critic is not None:
             with evaluating(self.critic):
@@ -352,6 +354,8 @@ class Trainer:
                 self.settings.grad_clip,
                 loss,
                 prefix,
+                exp.batch.attention_mask.sum(1),
+                self.settings.micro_batch_tokens,
             )
         return stats
 

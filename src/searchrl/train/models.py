@@ -16,11 +16,13 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
 from searchrl.config.train import PolicyConfig
 from searchrl.models.precision import fast_bf16
 from searchrl.train.collate import Batch
+from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
 
 
 class Critic(nn.Module):
@@ -43,7 +45,16 @@ class Critic(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, batch: Batch) -> Tensor:
-        """→ values [b, R] (the state before response token t is the prefix up to P + t − 1)."""
+        """→ values [b, R] (the state before response token t is the prefix up to P + t − 1),
+        on the micro-batch packed into one row where the attention allows (`train.packing`)."""
+        implementation = enable_packing(self.backbone)
+        if implementation is not None:
+            rows, columns = batch.response_mask.bool().nonzero(as_tuple=True)
+            packed = pack(batch, share_prefix=implementation == PACKED_SDPA)
+            hidden = self.backbone(**packed.kwargs(), use_cache=False).last_hidden_state[0]
+            states = hidden[packed.logit_index(rows, columns)]  # [K, H]
+            values = self.head(states.float()).squeeze(-1)  # [K]
+            return values.new_zeros(batch.response_mask.shape).index_put((rows, columns), values)
         hidden = self.backbone(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
@@ -128,8 +139,15 @@ def trainable(module: nn.Module) -> list[nn.Parameter]:
 
 
 def make_optimizer(module: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters (fp32 states)."""
-    return torch.optim.AdamW(trainable(module), lr=lr, weight_decay=weight_decay)
+    """AdamW over the trainable parameters (fp32 states). torch's fused kernel where the
+    parameters are plain CPU/CUDA tensors: on one CPU thread a step over SmolLM2's 135M
+    parameters took 0.18 s against 0.73 s for the default per-tensor loop. Sharded (FSDP's
+    DTensor) parameters keep the default implementation."""
+    params = trainable(module)
+    fused = all(
+        p.device.type in ("cpu", "cuda") and not isinstance(p.data, DTensor) for p in params
+    )
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 
 def warmup_then_constant(

@@ -371,8 +371,11 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         def log(step: int, stats: dict[str, float]) -> None:
             writer.write(step, stats)
             if bar is not None:
+                speed = f"{stats['sft/tokens_per_s']:.0f} tokens/s"
                 bar.update(
-                    bar.task_ids[0], completed=step, description=f"loss={stats['sft/loss']:.3f}"
+                    bar.task_ids[0],
+                    completed=step,
+                    description=f"loss={stats['sft/loss']:.3f} · {speed}",
                 )
 
         history = run_sft(policy, examples, pad_id, config, bf16, log)

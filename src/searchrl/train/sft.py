@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device
 from searchrl.train.models import make_optimizer, trainable, warmup_then_linear_decay
+from searchrl.train.packing import micro_batches
 from searchrl.types import Question, Trajectory
 
 LogFn = Callable[[int, dict[str, float]], None]
@@ -176,6 +178,18 @@ def _length(traj: Trajectory) -> int:
     return len(traj.prompt_ids) + len(traj.response_ids)
 
 
+def example_weight_tensor(n: int, example_weights: Sequence[float] | None) -> torch.Tensor:
+    """Per-example loss weights as a tensor [n] (all 1 when None), checked once."""
+    if example_weights is None:
+        return torch.ones(n)
+    weights = torch.as_tensor(list(example_weights), dtype=torch.float32)
+    if weights.shape != (n,):
+        raise ValueError(f"{weights.numel()} example weights for {n} trajectories")
+    if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        raise ValueError("example weights must be finite and >= 0")
+    return weights
+
+
 def run_sft(
     policy: nn.Module,
     trajectories: Sequence[Trajectory],
@@ -183,28 +197,38 @@ def run_sft(
     config: SFTConfig,
     bf16: bool,
     log: LogFn | None = None,
+    example_weights: Sequence[float] | None = None,
 ) -> list[dict[str, float]]:
     """Train `policy` in place on the trained tokens of `trajectories`; returns per-step stats
-    (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`)."""
+    (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`, and throughput since
+    the start: `sft/tokens_per_s` counts every token forwarded and back-propagated, prompt and
+    passages included; `sft/loss_tokens_per_s` only those in the loss).
+
+    `example_weights` (one per trajectory, default 1) make the loss a weighted token mean:
+    a token of example i weighs w_i / Σ w over the batch's trained tokens, so e.g. Meta-Refiner
+    examples can count more or less than the Actor's without changing the batch."""
     if not trajectories:
         raise ValueError("no trajectories to fine-tune on")
+    per_example = example_weight_tensor(len(trajectories), example_weights)
     device = next(policy.parameters()).device
     steps = sft_step_count(len(trajectories), config)
     optimizer = make_optimizer(policy, config.lr, 0.0)
     scheduler = warmup_then_linear_decay(optimizer, steps, config.warmup_ratio)
     take = _example_stream(len(trajectories), config.seed)
     history: list[dict[str, float]] = []
+    seconds = tokens = loss_tokens = 0.0
     policy.train()
     for step in range(steps):
-        # longest first, so each micro-batch pads its rows to similar lengths
+        # longest first: where rows cannot be packed, a micro-batch pads to similar lengths
         picked = sorted(take(config.batch_size), key=lambda i: -_length(trajectories[i]))
         batch = collate([trajectories[i] for i in picked], pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, config.mask_env)
-        weights = token_mean_weights(mask)  # [B, R]
+        weights = token_mean_weights(mask * per_example[picked].unsqueeze(1))  # [B, R]
+        start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for start in range(0, mask.shape[0], config.micro_batch_size):
-            rows = list(range(start, min(start + config.micro_batch_size, mask.shape[0])))
+        lengths = batch.attention_mask.sum(1).tolist()
+        for rows in micro_batches(lengths, config.micro_batch_size, config.micro_batch_tokens):
             mb = batch.select(rows)
             w = weights[rows, : mb.response_length].to(device)
             with autocast(bf16, device):
@@ -217,7 +241,16 @@ def run_sft(
         if math.isfinite(norm):
             optimizer.step()
         scheduler.step()
-        stats = {"sft/loss": total, "sft/grad_norm": norm, "sft/lr": scheduler.get_last_lr()[0]}
+        seconds += time.perf_counter() - start
+        tokens += float(batch.attention_mask.sum())
+        loss_tokens += float(mask.sum())
+        stats = {
+            "sft/loss": total,
+            "sft/grad_norm": norm,
+            "sft/lr": scheduler.get_last_lr()[0],
+            "sft/tokens_per_s": tokens / seconds,
+            "sft/loss_tokens_per_s": loss_tokens / seconds,
+        }
         history.append(stats)
         if log is not None:
             log(step + 1, stats)

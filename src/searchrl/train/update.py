@@ -22,6 +22,7 @@ from searchrl.algo.losses import (
 )
 from searchrl.train.collate import Batch
 from searchrl.train.logprobs import EntropyMode, autocast, forward_logprobs, to_device
+from searchrl.train.packing import micro_batches
 
 # (micro-batch row indices, per-token loss weights of those rows) → (loss, logged stats)
 MicroLoss = Callable[[list[int], Tensor], tuple[Tensor, dict[str, float]]]
@@ -57,6 +58,8 @@ class UpdateSettings:
     value_clip: float
     on_policy: bool
     """Old log-probs are the detached current ones (one epoch over one mini-batch)."""
+    micro_batch_tokens: int = 0
+    """Also cap a forward's tokens (0: rows only); see `packing.micro_batches`."""
 
 
 def minibatches(n_rows: int, n_minibatches: int, generator: torch.Generator) -> list[list[int]]:
@@ -76,17 +79,23 @@ def optimize(
     grad_clip: float,
     micro_loss: MicroLoss,
     prefix: str,
+    lengths: Tensor | None = None,
+    micro_batch_tokens: int = 0,
 ) -> dict[str, float]:
     """One optimizer step per mini-batch; returns stats averaged over mini-batches, plus
-    `<prefix>/grad_norm` and `<prefix>/skipped_updates` (NaN/inf gradients, not applied)."""
+    `<prefix>/grad_norm` and `<prefix>/skipped_updates` (NaN/inf gradients, not applied).
+    With `lengths` ([N] tokens per row), micro-batches also hold at most `micro_batch_tokens`
+    tokens."""
     totals: dict[str, float] = {}
     for rows in groups:
         row_weights = weights(mask[rows])  # [m, R]
         optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
-        for start in range(0, len(rows), micro_batch_size):
-            micro = rows[start : start + micro_batch_size]
-            loss, micro_stats = micro_loss(micro, row_weights[start : start + micro_batch_size])
+        sizes = [1] * len(rows) if lengths is None else lengths[rows].tolist()
+        cap = micro_batch_tokens if lengths is not None else 0
+        for part in micro_batches(sizes, micro_batch_size, cap):
+            micro = [rows[i] for i in part]
+            loss, micro_stats = micro_loss(micro, row_weights[part])
             loss.backward()
             for key, value in micro_stats.items():
                 stats[key] = stats.get(key, 0.0) + value

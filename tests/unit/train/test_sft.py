@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from tests.unit.train.fakes import VOCAB, scripted_rollout, tiny_llama
+import pytest
+import torch
+from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llama
 
 from searchrl.config.train import SFTConfig
 from searchrl.data.world import Reference
 from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
-from searchrl.types import Question
+from searchrl.types import Question, Trajectory
 
 
 class CharTokenizer:
@@ -59,6 +61,46 @@ def test_sft_reduces_the_loss() -> None:
     history = run_sft(model, examples, pad_id=0, config=config, bf16=False)
     assert len(history) == 12
     assert history[-1]["sft/loss"] < 0.85 * history[0]["sft/loss"]
+    assert all(h["sft/tokens_per_s"] > h["sft/loss_tokens_per_s"] > 0 for h in history)
+
+
+def _first_gradient(
+    trajs: list[Trajectory], weights: list[float] | None, micro: int
+) -> list[torch.Tensor]:
+    """The gradient SFT's first optimizer step applies, one batch of all `trajs`."""
+    model = tiny_llama()
+    grads: list[torch.Tensor] = []
+    original = torch.optim.AdamW.step
+
+    def capture(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not grads:
+            grads.extend(p.grad.clone() for p in model.parameters())
+        return original(self, *args, **kwargs)
+
+    config = SFTConfig(epochs=1.0, batch_size=len(trajs), micro_batch_size=micro, grad_clip=0.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.optim.AdamW, "step", capture)
+        run_sft(model, trajs, pad_id=0, config=config, bf16=False, example_weights=weights)
+    return grads
+
+
+def test_example_weights_make_a_weighted_token_mean() -> None:
+    trajs = scripted_rollout(questions(2), n_samples=2, seed=5, greedy=False)
+    plain = _first_gradient(trajs, None, micro=4)
+    for a, b in zip(plain, _first_gradient(trajs, [2.0] * 4, micro=1), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)  # a common scale cancels
+    only_first = _first_gradient(trajs, [1.0, 0.0, 0.0, 0.0], micro=2)
+    for a, b in zip(only_first, _first_gradient(trajs[:1], None, micro=1), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert any(not torch.allclose(a, b) for a, b in zip(plain, only_first, strict=True))
+
+
+def test_example_weights_are_checked() -> None:
+    trajs = scripted_rollout(questions(1), n_samples=2, seed=5, greedy=False)
+    with pytest.raises(ValueError, match="2 trajectories"):
+        run_sft(tiny_llama(), trajs, 0, SFTConfig(), False, example_weights=[1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        run_sft(tiny_llama(), trajs, 0, SFTConfig(), False, example_weights=[1.0, -1.0])
 
 
 def test_rejection_sampling_keeps_correct_trajectories() -> None:
