@@ -19,7 +19,8 @@ from rollout_fakes import DictRetriever, ScriptedBackend
 from searchrl.config.eval import EvalConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
-from searchrl.eval.harness import EvalError, Resources, _run_record, evaluate, load_sets
+from searchrl.eval.harness import EvalError, Resources, _run_record, evaluate
+from searchrl.eval.sets import load_sets
 from searchrl.eval.store import SampleStore, StoreError
 from searchrl.models.loading import Policy
 from searchrl.retrieval.base import RetrievalError

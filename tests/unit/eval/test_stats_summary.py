@@ -21,7 +21,7 @@ def test_interval_brackets_the_mean_and_shrinks_with_n() -> None:
 
 def test_degenerate_samples_get_a_point_interval() -> None:
     assert mean_ci([1.0, 1.0, 1.0], 100, 0.95, 0).to_json() == {
-        "mean": 1.0, "low": 1.0, "high": 1.0, "n": 3}  # fmt: skip
+        "mean": 1.0, "low": 1.0, "high": 1.0, "n": 3, "interval": "point"}  # fmt: skip
     assert mean_ci([0.5], 100, 0.95, 0).low == 0.5
     assert mean_ci([], 100, 0.95, 0).n == 0
 
