@@ -211,11 +211,27 @@ def sample_row(
     }
 
 
+def _check_questions(out: Path, questions: Sequence[Question], done: dict[str, Any]) -> None:
+    """Refuse a folder whose rows hold other questions under the same ids (another world
+    generated with the same id scheme, another version of a set)."""
+    for q in questions:
+        if q.uid in done and done[q.uid] not in (None, q.question):
+            raise EvalError(
+                f"{out} holds another question under id {q.uid!r} ({done[q.uid]!r}, not "
+                f"{q.question!r}): other data; use another --out folder"
+            )
+
+
 def evaluate(
-    config: EvalConfig, questions: Sequence[Question], out: Path, resources: Resources
+    config: EvalConfig,
+    questions: Sequence[Question],
+    out: Path,
+    resources: Resources,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate `config.method` on `questions` into `out`; returns the summary (also written
-    to `out/summary.json`), with `missing` = questions without a row (failed retrievals)."""
+    to `out/summary.json`), with `missing` = questions without a row (failed retrievals).
+    `on_batch(n)` is told after each batch of n questions (a caller's own progress line)."""
     spec = method(config.method)
     record = _run_record(config, resources.retriever if spec.retrieval else None)
     check_run(out, record)  # before the lock: a refused folder is left exactly as it was
@@ -223,12 +239,14 @@ def evaluate(
     store.lock()
     try:
         check_run(out, record)  # again under the lock: another writer may have started
-        done = {row["id"] for row in store.load()}
+        done = {row["id"]: row.get("question") for row in store.load()}
+        _check_questions(out, questions, done)
         todo = [q for q in questions if q.uid not in done]
         if todo:
             policy = resources.load_policy()
             _settle_engine(out, record, policy.backend)
-            _generate(config, spec, todo, store, resources, policy, len(questions) - len(todo))
+            already = len(questions) - len(todo)
+            _generate(config, spec, todo, store, resources, policy, already, on_batch)
         wanted = {q.uid for q in questions}
         rows = [row for row in store.load() if row["id"] in wanted]
     finally:
@@ -251,6 +269,7 @@ def _generate(
     resources: Resources,
     policy: Any,
     already: int,
+    on_batch: Callable[[int], None] | None,
 ) -> None:
     """Run the method batch by batch, appending each finished batch to the store."""
     retriever = RecordingRetriever(resources.open_retriever()) if spec.retrieval else None
@@ -275,3 +294,5 @@ def _generate(
             if retriever is not None:
                 retriever.documents.clear()
             advance(len(batch))
+            if on_batch is not None:
+                on_batch(len(batch))

@@ -18,6 +18,7 @@ from typing import Any
 from searchrl.eval.compare import compare_pairs, paired_rows
 from searchrl.eval.summary import set_order
 from searchrl.report.collect import Evaluation, TrainingRun
+from searchrl.report.grid import HEADERS, grid_rows
 
 METRIC_COLUMNS = (
     ("em", "EM"),
@@ -190,6 +191,30 @@ def comparison_section(
     )
 
 
+def grid_section(evals: Sequence[Evaluation]) -> str:
+    """The papers' Table 2 over every evaluation found: EM per set with its 95% interval, the
+    "Avg." over sets, general vs multi-hop, the world, searches per question."""
+    rows = grid_rows(evals)
+    if not rows:
+        return ""
+    columns = [c for c in HEADERS if any(c in r.cells for r in rows)]
+    body = []
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.cells.get(column)
+            cells.append(esc(value) if isinstance(value, str) else fmt_estimate(value))
+        body.append([esc(row.method), esc(row.retriever), *cells])
+    headers = ["method", "retriever", *(HEADERS[c] for c in columns)]
+    note = (
+        "<p>EM with its 95% interval (Wilson) per set; Avg. is the unweighted mean over the "
+        "sets (the papers' column); general = NQ, TriviaQA, PopQA; multi-hop = the rest; world "
+        "= the synthetic world's test split, 1-hop vs 2-4 hops.</p>"
+    )
+    table = _table(headers, body, "grid-table")
+    return f'<section id="grid"><h2>Table 2 grid</h2>{note}{table}</section>'
+
+
 def viewer_section(records: Sequence[dict[str, Any]]) -> str:
     """Filters, the list and the detail pane; the viewer script fills them from the JSON."""
     data = json.dumps(list(records), ensure_ascii=False).replace("</", "<\\/")
@@ -218,6 +243,7 @@ def render_page(sections: Sequence[str], sources: Sequence[str]) -> str:
     listed = ", ".join(f"<code>{esc(s)}</code>" for s in sources)
     links = (
         ("training", "training"),
+        ("grid", "Table 2 grid"),
         ("evaluations", "evaluations"),
         ("comparison", "comparison"),
         ("viewer", "trajectories"),
