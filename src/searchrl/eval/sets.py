@@ -78,6 +78,8 @@ def _load_source(source: str) -> Iterator[list[Question]]:
         yield load_hf_dataset(name, split or None)
         return
     path = Path(source)
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder")
     if not path.is_dir():
         yield load_questions(path)
         return

@@ -87,7 +87,9 @@ def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
     denominator = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denominator
     half = z / denominator * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, float(center - half)), min(1.0, float(center + half))
+    low = 0.0 if p <= 0 else max(0.0, float(center - half))  # exact 0 and 1 at the bounds
+    high = 1.0 if p >= 1 else min(1.0, float(center + half))
+    return low, high
 
 
 def proportion_ci(values: Sequence[float], confidence: float) -> Estimate:
