@@ -231,7 +231,7 @@ def test_run_json_records_the_search_engine_and_a_rerun_with_another_is_refused(
     tokenizer, tmp_path
 ) -> None:
     first, second = _index(tmp_path, "one", 4), _index(tmp_path, "two", 3)
-    counting = Counting(tokenizer, FlakyRetriever([]))
+    counting = Counting(tokenizer, DictRetriever([]))
     out = tmp_path / "eval"
     cfg = config(method="rag", batch_size=8)
     resources = replace(counting.resources(), retriever=retriever_identity(first, None))
