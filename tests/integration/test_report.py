@@ -31,6 +31,7 @@ def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
     assert 'data-metric="overall-em"' in page
     assert page.count('class="eval-table"') >= 2 and 'class="comparison-table"' in page
     assert 'class="paired-table"' in page and 'class="runs-table"' in page
+    assert "Avg. A − B over sets" in page and 'class="grid-table"' in page
     assert "runs/grpo_s* (2 seeds)" in page  # two seeds of one config share a band
     block = re.search(r'<script type="application/json" id="traj-data">(.*?)</script>', page, re.S)
     records = json.loads(block.group(1))

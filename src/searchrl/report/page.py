@@ -137,9 +137,11 @@ PAIRED_HEADERS = (
     "A",
     "B",
     "shared questions",
-    "EM A − B [95% CI]",
+    "EM A − B, pooled [95% CI]",
     "A wins / B wins / ties",
     "sign-test p",
+    "Avg. A − B over sets [95% CI]",
+    "sign-flip p (Avg.)",
 )
 
 
@@ -150,15 +152,21 @@ def _paired_rows(evals: Sequence[Evaluation], ref: Evaluation, resamples: int) -
         if ev is ref:
             continue
         pairs, _ = paired_rows(ref.rows, ev.rows)
-        result = compare_pairs(pairs, "em", resamples).get("overall")
+        compared = compare_pairs(pairs, "em", resamples)
+        result = compared.get("overall")
         if result is None:
             continue
-        interval = f"<small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
         counts = f"{result['wins']} / {result['losses']} / {result['ties']}"
-        diff = f"{result['diff']:+.3f} {interval}"
         labels = [esc(ref.label), esc(ev.label), str(result["n"])]
-        rows.append([*labels, diff, counts, f"{result['p_value']:.3g}"])
+        row = [*labels, _diff(result), counts, f"{result['p_value']:.3g}"]
+        average = compared.get("average")  # two or more sets: the papers' Avg.
+        row += [_diff(average), f"{average['p_value']:.3g}"] if average else ["–", "–"]
+        rows.append(row)
     return rows
+
+
+def _diff(result: dict[str, Any]) -> str:
+    return f"{result['diff']:+.3f} <small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
 
 
 def comparison_section(
