@@ -17,16 +17,21 @@ from searchrl.config.eval import EvalConfig
 from searchrl.eval.stats import macro_paired_test, paired_test
 from searchrl.eval.store import read_samples
 from searchrl.eval.summary import set_order
+from searchrl.utils.errors import SearchRLError
 from searchrl.utils.output import atomic_file
 
 Row = dict[str, Any]
+
+
+class NotAnEvaluation(SearchRLError, FileNotFoundError):
+    """A folder given as an evaluation holds no `samples.jsonl`."""
 
 
 def load_rows(folder: Path) -> list[Row]:
     """The rows of an evaluation folder (`samples.jsonl`)."""
     path = folder / "samples.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not an evaluation folder (no samples.jsonl)")
+        raise NotAnEvaluation(f"{folder} is not an evaluation folder (no samples.jsonl)")
     return read_samples(path)
 
 
