@@ -44,6 +44,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PROMPTED = ("direct", "cot", "rag", "ircot", "search-o1")
 FINE_TUNED = ("direct-ft", "rag-ft")
 TRAINED = ("sft", "r1", "rejection", "search-r1", "search-r2")
+ORDER = ("direct", "cot", "direct-ft", "r1", "rag", "rag-ft", "sft", "rejection", "search-r1",
+         "search-r2", "ircot", "search-o1")  # fmt: skip
+"""Cells of one data set and retriever run in this order: cheapest first."""
 BUDGET = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=300",
           "rollout.max_total_tokens=3072")  # fmt: skip
 """Shared by every method: the trained policies' per-turn and passage caps (benchmarks/stages.py),
@@ -133,21 +136,21 @@ def fine_tune(args: argparse.Namespace, method: str, world: Path) -> Path:
 
 
 def cells(args: argparse.Namespace) -> list[Cell]:
-    """Every cell to evaluate: prompted methods, then fine-tuned, then trained ones (only with
-    a checkpoint); within each, no retrieval, then BM25, then dense; the world before the QA
-    sets. The cheap, checkpoint-free part of the grid fills first."""
+    """Every cell to evaluate (trained methods only with a checkpoint): the world first, then
+    the QA sets; no retrieval, then BM25, then dense; within those, cheap methods first
+    (`ORDER`), so the world's comparison of Direct, RAG and their fine-tuned versions is there
+    long before the expensive multi-step baselines on 700 questions."""
     wanted = args.methods.split(",")
     unknown = [m for m in wanted if m not in METHODS]
     if unknown:
         raise SystemExit(f"unknown method(s): {', '.join(unknown)}")
-    usable = [m for m in wanted if m not in TRAINED or _checkpoint(args, m) is not None]
+    usable = [m for m in ORDER if m in wanted and (m not in TRAINED or _checkpoint(args, m))]
     out = []
-    for group in (PROMPTED, FINE_TUNED, TRAINED):
+    for data in args.data.split(","):
         for retriever in ["none", *args.retrievers.split(",")]:
-            for data in args.data.split(","):
-                for name in (m for m in group if m in usable):
-                    if METHODS[name].retrieval == (retriever != "none"):
-                        out.append(Cell(data, retriever, name))
+            for name in usable:
+                if METHODS[name].retrieval == (retriever != "none"):
+                    out.append(Cell(data, retriever, name))
     return out
 
 
