@@ -8,7 +8,13 @@ dilute the loss).
 Departures from the paper:
 - The paper's objective averages per trajectory, then over trajectories
   (`seq-mean-token-mean`); verl, which Search-R1 runs on, averages over all trained tokens of
-  the mini-batch (`token-mean`). Both are offered; the presets use the paper's.
+  the mini-batch (`token-mean`). Both are offered, next to Dr. GRPO's `seq-mean-token-sum-norm`
+  ("Understanding R1-Zero-like training", Liu et al. 2025): each trajectory's token losses are
+  summed and divided by one constant token budget, so a token weighs the same whatever the
+  length of its trajectory. Under the per-trajectory mean, a wrong answer after one search
+  (~65 policy tokens) was pushed down ~2.7× harder per token than a trajectory that searched
+  until the turn limit (~175 tokens): failing long was the cheapest way to fail, and every
+  GRPO run here drifted toward more searches. The CPU presets use the Dr. GRPO aggregation.
 - The masking-off ablation is `training_mask(..., mask_env=False)`: env tokens then enter the
   policy loss, the KL and the normalizer, as in the paper's "w/o masking" runs.
 """
@@ -44,16 +50,30 @@ def seq_mean_token_mean_weights(mask: Tensor) -> Tensor:
     return mask / per_row.clamp(min=1.0) / rows
 
 
-def make_loss_weights(name: str) -> Weighting:
-    """Pick the aggregation once, at trainer construction.
+def seq_mean_token_sum_norm_weights(mask: Tensor, norm_tokens: float) -> Tensor:
+    """Dr. GRPO: each trained token weighs 1 / (rows with any · `norm_tokens`), the same for
+    a short and a long trajectory. [B, T]."""
+    rows = (mask.sum(-1) > 0).sum().clamp(min=1)
+    return mask / (rows * norm_tokens)
+
+
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def make_loss_weights(name: str, norm_tokens: float = 1.0) -> Weighting:
+    """Pick the aggregation once, at trainer construction (`norm_tokens` is the constant of
+    `seq-mean-token-sum-norm`, e.g. the response token budget; the others ignore it).
 
     Aggregation is expressed as per-token weights computed on the whole mini-batch, so the
     loss of a micro-batch is just `(loss · weights[rows]).sum()` and gradient accumulation
     over micro-batches gives exactly the mini-batch loss.
     """
+    if norm_tokens <= 0:
+        raise ValueError(f"norm_tokens must be positive, got {norm_tokens}")
     table: dict[str, Weighting] = {
         "token-mean": token_mean_weights,
         "seq-mean-token-mean": seq_mean_token_mean_weights,
+        "seq-mean-token-sum-norm": lambda mask: seq_mean_token_sum_norm_weights(mask, norm_tokens),
     }
     if name not in table:
         raise ValueError(f"unknown loss aggregation {name!r}; expected one of {list(table)}")

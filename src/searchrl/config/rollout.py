@@ -43,6 +43,13 @@ class RolloutConfig:
     """Strings that end a generation turn immediately (EOS always does too). The original
     had none and let every turn run to the token limit."""
 
+    force_answer: bool = False
+    """In the final round (after `max_turns` rounds that could search), the reasoning is closed
+    for the policy: generation stops at `</think>`, the engine appends `\n<answer>` (an env
+    segment) and the policy completes the answer. Off (the paper): a final round that searches
+    again ends the trajectory without an answer. Search-R1's users ask for this; it gives
+    every trajectory that is not cut by the length cap an answer to be scored."""
+
     search: bool = True
     """Give the policy the search engine. False is the R1 baseline (RL without search): the
     prompt carries no search instructions (`r1_prompt`), `</search>` does not stop a turn, no

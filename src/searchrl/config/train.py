@@ -121,8 +121,16 @@ class AlgoConfig:
     """Dynamic sampling: most rollout rounds per step (then train on what was found)."""
     mask_env: bool = True
     """Retrieved-token masking. False reproduces the paper's no-masking ablation."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "seq-mean-token-mean"
-    """How per-token losses become a scalar (the paper's formula is seq-mean-token-mean)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        "seq-mean-token-mean"
+    )
+    """How per-token losses become a scalar: the paper's formula is seq-mean-token-mean (a
+    trajectory's tokens averaged, so a token of a short trajectory weighs more); verl's
+    token-mean; Dr. GRPO's seq-mean-token-sum-norm (token sums over `loss_norm_tokens`, no
+    length bias: see `algo.losses`)."""
+    loss_norm_tokens: NonNegativeInt = 0
+    """The constant of `seq-mean-token-sum-norm`; 0 = the trajectory's generation budget,
+    (rollout.max_turns + 1) · rollout.max_response_tokens."""
     behaviour_correction: Literal["auto", "tis", "off"] = "auto"
     """Truncated importance sampling against the generation engine's log-probs: `auto` = on
     when the engine samples at another precision than the fp32 trainer (CTranslate2 int8, a
@@ -213,6 +221,11 @@ class RewardConfig:
     """Format reward: a malformed trajectory that still gives an answer."""
     retrieval_score: NonNegativeFloat = 0.0
     """Format reward: bonus when a gold answer appears in the retrieved text (v0.3: 0)."""
+    no_answer_score: float = 0.0
+    """`em`, `f1` and `hybrid`: the score of a trajectory that ends without an answer (turn
+    limit, length cap). The paper's 0 scores it like a wrong answer, so nothing in the reward
+    pays for answering; a negative value (e.g. −0.5) ranks "no answer" below "wrong answer"
+    inside each GRPO group."""
 
     def validate(self) -> None:
         """The endpoint judge cannot run without an endpoint."""

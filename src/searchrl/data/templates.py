@@ -56,6 +56,16 @@ INVALID_ACTION_FEEDBACK = (
 SEARCH_CLOSE = "</search>"
 """Ends a search action (a stop string of the rollout engine)."""
 
+ANSWER_CLOSE = "</answer>"
+"""Ends an answer (a stop string of the rollout engine)."""
+
+THINK_CLOSE = "</think>"
+"""Ends a reasoning block (a stop string of the final round under `rollout.force_answer`)."""
+
+FORCED_ANSWER = "\n<answer>"
+"""What the engine appends after the final round's reasoning under `rollout.force_answer`:
+the policy then writes the answer and `</answer>`, as the reference transcripts do."""
+
 INFORMATION_OPEN = "\n\n<information>"
 INFORMATION_CLOSE = "</information>\n\n"
 

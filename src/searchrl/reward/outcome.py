@@ -17,7 +17,7 @@ from searchrl.types import Trajectory
 RewardFn = Callable[[Trajectory], dict[str, float]]
 
 
-def _answer(trajectory: Trajectory) -> str | None:
+def final_answer(trajectory: Trajectory) -> str | None:
     """The rollout's parsed answer, or else the last complete `<answer>` block inside a single
     policy segment. Never text joined across segments (`<answer> Par` … feedback … `is
     </answer>` is not an answer), and never env text (the invalid-action feedback itself says
@@ -29,7 +29,7 @@ def _answer(trajectory: Trajectory) -> str | None:
 
 
 def _breakdown(trajectory: Trajectory) -> tuple[str | None, dict[str, float]]:
-    answer = _answer(trajectory)
+    answer = final_answer(trajectory)
     metrics = answer_metrics(answer, trajectory.golden_answers)
     metrics["format_valid"] = float(is_valid_sequence(trajectory.response_text))
     return answer, metrics

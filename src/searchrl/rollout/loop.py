@@ -13,8 +13,11 @@ Where this departs from the original on purpose:
   the prompt: the trajectory stops growing instead;
 - a retriever failure marks only the affected trajectories failed; the batch goes on.
 As in the original code, `max_turns` counts generation rounds (searches or not), and one final
-round follows in which a search is not executed. With `config.search` off (the R1 baseline) a
-trajectory is one turn that `</search>` does not stop, and nothing is ever retrieved.
+round follows in which a search is not executed. With `config.force_answer` that final round
+stops at `</think>`, the engine appends `\n<answer>` and the policy completes the answer (one
+more generation call, same turn), so a trajectory ends unanswered only at the length cap.
+With `config.search` off (the R1 baseline) a trajectory is one turn that `</search>` does not
+stop, and nothing is ever retrieved.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from dataclasses import dataclass
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import (
+    ANSWER_CLOSE,
+    FORCED_ANSWER,
     INFORMATION_CLOSE,
     INVALID_ACTION_FEEDBACK,
     SEARCH_CLOSE,
+    THINK_CLOSE,
     format_information,
 )
 from searchrl.models.generation import GenerationBackend, SamplingParams
@@ -62,6 +68,8 @@ class _Row:
     pending_env: str = ""
     overflow: bool = False
     """The pending env text did not fit under the total cap (it was not inserted)."""
+    forcing: bool = False
+    """`force_answer`: `\n<answer>` was appended; the next generation completes the answer."""
 
     @property
     def length(self) -> int:
@@ -150,15 +158,26 @@ class RolloutEngine:
         row.traj.stats.truncated = row.traj.stats.truncated or truncated
         return Phase.DONE
 
+    def _final_round(self, row: _Row) -> bool:
+        """The round after `max_turns` rounds: a search in it is not executed."""
+        return row.turn >= self.config.max_turns
+
     def _sampling(self, row: _Row) -> SamplingParams:
         room = self.config.max_total_tokens - row.length
+        force = self.config.force_answer and self.config.search
+        stop = self._stop
+        if row.forcing:
+            stop = (ANSWER_CLOSE,)
+        elif force and self._final_round(row):
+            stop = (*self._stop, THINK_CLOSE)
         return SamplingParams(
             max_new_tokens=min(self.config.max_response_tokens, room),
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            seed=row_seed(self.seed, row.traj.id, row.turn),
-            stop=self._stop,
-            continues=row.turn < self.config.max_turns,
+            seed=row_seed(self.seed, row.traj.id + ("#answer" if row.forcing else ""), row.turn),
+            stop=stop,
+            continues=row.turn < self.config.max_turns
+            or (force and not row.forcing and self._final_round(row)),
         )
 
     def _generate(self, rows: list[_Row]) -> None:
@@ -175,6 +194,15 @@ class RolloutEngine:
             # Each row's share of the batched call, by the tokens it generated: summed over
             # the rows, the shares add up to the call's wall time (tokens/s stays honest).
             row.traj.stats.generation_s += elapsed * len(out.token_ids) / max(generated, 1)
+            if row.forcing:
+                row.phase = self._complete_forced(row, out.text)
+                continue
+            if self._should_force(row, out.text, out.stop_string):
+                row.turn += 1
+                row.traj.stats.turns = row.turn
+                row.pending_env, row.forcing = FORCED_ANSWER, True
+                row.phase = Phase.INSERT
+                continue
             row.turn += 1
             row.traj.stats.turns = row.turn
             action = parse_action(out.text, self.config.search)
@@ -186,6 +214,27 @@ class RolloutEngine:
             if action.kind == "answer":
                 row.traj.answer = action.content
             row.phase = self._decide(row, action)
+
+    def _should_force(self, row: _Row, text: str, stop_string: str | None) -> bool:
+        """`force_answer`: the final round closed its reasoning (and nothing else)."""
+        return (
+            self.config.force_answer
+            and self.config.search
+            and self._final_round(row)
+            and (stop_string == THINK_CLOSE or text.rstrip().endswith(THINK_CLOSE))
+            and parse_action(text, self.config.search).kind == "invalid"
+        )
+
+    def _complete_forced(self, row: _Row, text: str) -> Phase:
+        """The policy's completion of the answer the engine opened."""
+        row.forcing = False
+        action = parse_action(FORCED_ANSWER + text, search=False)
+        if action.kind != "answer":
+            row.traj.stats.invalid_actions += 1
+            return self._finish(row, "max_turns")
+        row.traj.stats.valid_actions += 1
+        row.traj.answer = action.content
+        return self._finish(row, "answer")
 
     def _search(self, rows: list[_Row]) -> None:
         """All queries of this turn in ONE retriever call; a failure fails these rows only."""

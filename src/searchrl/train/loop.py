@@ -11,7 +11,8 @@ With one epoch over one mini-batch and no KL in the reward, π_old is the very p
 updated, so the old log-probs are the detached current ones (ratio exactly 1) and their extra
 forward pass is skipped (`on_policy`); otherwise they are recomputed before any update.
 
-The trainer knows nothing about models' origins, retrievers or worlds: it receives a rollout
+The sampling rounds (dynamic sampling, refinement, scoring) live in `train.collect`. The
+trainer knows nothing about models' origins, retrievers or worlds: it receives a rollout
 function and the networks (see `train.run` for the wiring). Under `accelerate launch` each
 process samples its own slice of the prompts and rolls them out; DDP averages the gradients, so
 every rank holds the same weights after each update. GRPO groups never straddle ranks (all
@@ -34,14 +35,20 @@ from searchrl.algo.behaviour import behaviour_logprobs, truncated_importance_wei
 from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
 from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
-from searchrl.refiner import RefineOutcome, meta_rows, refiner_metrics
+from searchrl.refiner import RefineOutcome, meta_rows
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collate import collate
+from searchrl.train.collect import Collector
 from searchrl.train.logprobs import batched_logprobs, batched_values
-from searchrl.train.metrics import StageTimer, eval_metrics, rollout_metrics
+from searchrl.train.metrics import (
+    StageTimer,
+    advantage_length_metrics,
+    eval_metrics,
+    rollout_metrics,
+)
 from searchrl.train.models import (
     evaluating,
     make_optimizer,
@@ -51,7 +58,7 @@ from searchrl.train.models import (
     use_bf16,
     warmup_then_constant,
 )
-from searchrl.train.sampling import PromptSampler, split_groups
+from searchrl.train.sampling import PromptSampler
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -65,6 +72,14 @@ from searchrl.types import Question, Trajectory
 
 SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
 """Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
+
+
+def loss_norm_tokens(config: TrainConfig) -> int:
+    """The constant of the Dr. GRPO aggregation: `algo.loss_norm_tokens`, or else the most
+    tokens a trajectory can generate ((max_turns + 1) rounds of max_response_tokens)."""
+    if config.algo.loss_norm_tokens > 0:
+        return config.algo.loss_norm_tokens
+    return (config.rollout.max_turns + 1) * config.rollout.max_response_tokens
 
 
 class RolloutFn(Protocol):
@@ -123,7 +138,13 @@ class Trainer:
             self.reference = self.dist.wrap(reference)
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
         self.sampler = PromptSampler(questions, config.seed)
+        self.hops = {q.uid: q.hops for q in questions}
+        self.collector = Collector(
+            config, self.sampler, rollout, self._score, self.dist, policy, refine
+        )
         self.step_count = 0
+        self.on_stage: Callable[[str], None] | None = None
+        """Told the name of each stage of a step as it starts (progress display)."""
         algo, optim = config.algo, config.optim
         self.estimator = make_estimator(
             algo.advantage,
@@ -133,7 +154,7 @@ class Trainer:
             eps=algo.adv_eps,
             whiten=algo.whiten_advantages,
         )
-        self.weights = make_loss_weights(algo.loss_agg)
+        self.weights = make_loss_weights(algo.loss_agg, loss_norm_tokens(config))
         self.kl_loss = (
             None if algo.kl_in_reward or algo.kl_coef == 0 else make_kl(algo.kl_estimator)
         )
@@ -168,9 +189,9 @@ class Trainer:
     # ---- the pipeline -------------------------------------------------------------------
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
         """One RL step; returns its metrics and every trajectory sampled for it."""
-        timer = StageTimer()
+        timer = StageTimer(self.on_stage)
         with timer("step"):
-            sampled, trained, counts = self._collect(timer)
+            sampled, trained, counts = self.collector.collect(self.step_count, timer)
             stats: dict[str, float] = {}
             if trained:
                 meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])
@@ -178,6 +199,7 @@ class Trainer:
                     exp = self._experience([*trained, *meta])
                 with timer("adv"):
                     exp = self._advantages(exp, trained, parents)
+                stats.update(advantage_length_metrics(exp.advantages, exp.mask, len(trained)))
                 stats.update(exp.mismatch)
                 if self.critic is not None:
                     with timer("update_critic"):
@@ -187,7 +209,7 @@ class Trainer:
             else:
                 self._skip_update()
         self.step_count += 1
-        metrics = {**rollout_metrics(sampled), **counts, **stats, **timer.metrics()}
+        metrics = {**rollout_metrics(sampled, self.hops), **counts, **stats, **timer.metrics()}
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
@@ -197,75 +219,6 @@ class Trainer:
             metrics["refiner/seconds_share"] = metrics["refiner/refine_s"] / step_s
             metrics["refiner/probe_seconds_share"] = metrics["refiner/probe_s"] / step_s
         return metrics, sampled
-
-    def _collect(
-        self, timer: StageTimer
-    ) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
-        """Roll out and score prompts, round after round, until `batch_size` usable groups
-        exist (all processes together) or `algo.max_sampling_rounds` rounds have run.
-
-        Groups with a failed retrieval are never trained on. Without dynamic sampling one
-        round is drawn and every other group is trained on (the paper). With it, groups whose
-        rewards are all equal are skipped, later rounds draw enough new prompts to replace
-        them (sized by the informative share seen so far), and exactly `batch_size` groups
-        are kept, so every optimizer step averages over the same number of useful groups.
-        Returns (every sampled trajectory, the trajectories to train on, counters)."""
-        cfg, dist, algo = self.config, self.dist, self.config.algo
-        quota = -(-cfg.batch_size // dist.world_size)  # groups this process may keep
-        sampled: list[Trajectory] = []
-        kept: list[list[Trajectory]] = []
-        outcomes: list[RefineOutcome] = []
-        used: set[str] = set()
-        drawn = informative = failed = rounds = 0
-        while rounds < (algo.max_sampling_rounds if algo.dynamic_sampling else 1):
-            missing = cfg.batch_size - dist.reduce(len(kept), "sum")
-            if missing <= 0:
-                break
-            share = informative / drawn if drawn else 1.0
-            size = cfg.batch_size if rounds == 0 else -(-missing // max(share, 0.25))
-            size = min(size, 2 * cfg.batch_size, len(self.sampler.questions) - len(used))
-            if size <= 0:
-                break
-            prompts = self.sampler.next_batch(size, exclude=used)
-            used.update(q.uid for q in prompts)
-            seed = ((cfg.seed * 100_003 + self.step_count) * 8 + rounds) * dist.world_size
-            with timer("gen"), evaluating(self.policy):
-                trajectories = self.rollout(
-                    prompts[dist.rank :: dist.world_size],
-                    n_samples=cfg.n_samples,
-                    seed=seed + dist.rank,
-                    greedy=False,
-                )
-            if self.refine is not None:
-                with timer("refine"), evaluating(self.policy):
-                    outcomes.append(
-                        self.refine(
-                            trajectories, seed=seed + dist.rank, greedy=False, probe=rounds == 0
-                        )
-                    )
-                trajectories = outcomes[-1].final
-            with timer("reward"):
-                self._score(trajectories)
-                for outcome in outcomes[-1:] if self.refine is not None else []:
-                    self._score(outcome.unscored())
-            split = split_groups(trajectories)
-            sampled += trajectories
-            drawn += len(prompts)
-            informative += dist.reduce(len(split.informative), "sum")
-            failed += sum(len(g) for g in split.failed)
-            kept += split.informative if algo.dynamic_sampling else split.informative + split.flat
-            rounds += 1
-        kept = kept[: min(quota, dist.reduce(len(kept), "min"))]
-        counts = {
-            "train/groups_sampled": float(drawn),
-            "train/groups_informative": float(informative),
-            "train/groups_trained": float(len(kept) * dist.world_size),
-            "train/sampling_rounds": float(rounds),
-            "train/dropped_failed": float(failed),
-        }
-        if self.refine is not None:
-            counts.update(refiner_metrics(outcomes))
-        return sampled, [t for group in kept for t in group], counts
 
     def _skip_update(self) -> None:
         """No usable group this step: no gradient, but the schedules still advance."""

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from statistics import fmean
 from typing import Any
+
+from torch import Tensor
 
 from searchrl.reward.hybrid import reward_metrics
 from searchrl.types import Trajectory
@@ -40,12 +42,16 @@ class StageTimer:
     named stage of one step. Stages may nest; the outer one reports the max of its inner
     peaks (the peak counter is reset when each stage starts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_enter: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
+        self.on_enter = on_enter
+        """Told each stage's name as it starts (a progress bar shows what a long step does)."""
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.on_enter is not None:
+            self.on_enter(name)
         start = time.perf_counter()
         _reset_peak_rss()
         try:
@@ -66,8 +72,49 @@ def _mean(values: Sequence[float]) -> float:
     return fmean(values) if values else 0.0
 
 
-def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Reward, length and search behaviour of one step's trajectories."""
+def drift_metrics(
+    trajectories: Sequence[Trajectory], hops: Mapping[str, int | None]
+) -> dict[str, float]:
+    """What shows a drift while it happens: the share of trajectories that end without an
+    answer, by stop reason (`rollout/no_answer/<reason>`, summing to `rollout/no_answer`), and
+    searches per trajectory by the question's hop count (`env/searches_by_hops/<h>`)."""
+    n = max(len(trajectories), 1)
+    unanswered = [t for t in trajectories if t.answer is None]
+    out = {"rollout/no_answer": len(unanswered) / n}
+    for reason in sorted({t.stats.stop_reason or "unknown" for t in unanswered}):
+        share = sum((t.stats.stop_reason or "unknown") == reason for t in unanswered) / n
+        out[f"rollout/no_answer/{reason}"] = share
+    by_hops: dict[int, list[int]] = {}
+    for t in trajectories:
+        h = hops.get(t.uid)
+        if h is not None:
+            by_hops.setdefault(h, []).append(t.stats.searches)
+    for h, counts in sorted(by_hops.items()):
+        out[f"env/searches_by_hops/{h}"] = _mean(counts)
+    return out
+
+
+def advantage_length_metrics(
+    advantages: Tensor, mask: Tensor, rows: int | None = None
+) -> dict[str, float]:
+    """Mean trained (policy) tokens of rows whose advantage is positive vs negative
+    (`adv/policy_len_pos`, `adv/policy_len_neg`): a length bias shows as a gap that grows
+    step after step. advantages, mask: [N, R]; only the first `rows` rows are trajectories."""
+    rows = advantages.shape[0] if rows is None else rows
+    lengths = mask[:rows].sum(-1)  # [n]
+    per_row = (advantages[:rows] * mask[:rows]).sum(-1) / lengths.clamp(min=1)  # [n]
+    out = {}
+    for name, chosen in (("pos", per_row > 0), ("neg", per_row < 0)):
+        picked = lengths[chosen]
+        out[f"adv/policy_len_{name}"] = float(picked.mean()) if picked.numel() else 0.0
+    return out
+
+
+def rollout_metrics(
+    trajectories: Sequence[Trajectory], hops: Mapping[str, int | None] | None = None
+) -> dict[str, float]:
+    """Reward, length and search behaviour of one step's trajectories (`hops`: uid → hop
+    count of the question, for the per-hop search counts)."""
     scores = [t.reward.get("score", 0.0) for t in trajectories]
     lengths = [len(t.response_ids) for t in trajectories]
     policy = [sum(t.loss_mask()) for t in trajectories]
@@ -88,6 +135,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "state_tokens/total": float(sum(policy)),
         "state_tokens/coverage": sum(policy) / max(sum(lengths), 1),
         **reward_metrics(trajectories),
+        **drift_metrics(trajectories, hops or {}),
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -133,6 +133,36 @@ def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[P
         yield progress
 
 
+class LiveStep:
+    """What the RL bar says while a step runs (a CPU step takes minutes): the step, the stage
+    it is in, and the turns generated so far, after the last step's summary."""
+
+    def __init__(self, bar: Progress | None, summary: Callable[[dict[str, float]], str]) -> None:
+        self.bar, self.summary = bar, summary
+        self.step, self.name, self.generated, self.last = 0, "", 0, ""
+
+    def start(self, step: int, metrics: dict[str, float]) -> None:
+        self.step, self.generated, self.last = step, 0, self.summary(metrics)
+        self.stage("gen")
+
+    def stage(self, name: str) -> None:
+        self.name = name
+        self._show()
+
+    def turns(self, n: int) -> None:
+        self.generated += n
+        self._show()
+
+    def _show(self) -> None:
+        if self.bar is None:
+            return
+        now = f"step {self.step}: {self.name}"
+        if self.name in ("gen", "refine"):
+            now += f" ({self.generated} turns)"
+        text = f"{now}  | {self.last}" if self.last else now
+        self.bar.update(self.bar.task_ids[0], description=text)
+
+
 def evaluate_with_progress(
     trainer: Trainer,
     backend: MeteredBackend,
@@ -234,8 +264,12 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     metrics = {}
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
+        live = LiveStep(bar, _summary)
+        trainer.on_stage = live.stage
         while trainer.step_count < config.steps:
-            metrics, trajs = trainer.step()
+            live.start(trainer.step_count + 1, metrics)
+            with backend.reporting(live.turns):
+                metrics, trajs = trainer.step()
             step = trainer.step_count
             last = step == config.steps
             every = config.eval_every

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from searchrl.algo.losses import (
@@ -57,6 +58,33 @@ def test_aggregations() -> None:
     assert aggregate(values, token_mean_weights(mask)).item() == 2.0
     assert aggregate(values, seq_mean_token_mean_weights(mask)).item() == (1.5 + 3.0) / 2
     assert make_loss_weights("token-mean") is token_mean_weights
+    # Dr. GRPO: token sums over a constant budget (4), averaged over the 2 rows.
+    dr = make_loss_weights("seq-mean-token-sum-norm", norm_tokens=4.0)(mask)
+    assert aggregate(values, dr).item() == ((1.0 + 2.0) / 4 + 3.0 / 4) / 2
+
+
+def test_dr_grpo_weighs_a_token_the_same_in_short_and_long_trajectories() -> None:
+    """The length bias behind the drift toward searching: under the per-trajectory mean a
+    token of a short failed trajectory is pushed down harder than one of a long failed
+    trajectory; under Dr. GRPO every trained token weighs the same."""
+    short = [1.0] * 65 + [0.0] * 110
+    long = [1.0] * 175
+    mask = torch.tensor([short, long])
+    seq_mean = seq_mean_token_mean_weights(mask)
+    ratio = (seq_mean[0, 0] / seq_mean[1, 0]).item()
+    assert abs(ratio - 175 / 65) < 1e-5  # ~2.7x
+    dr = make_loss_weights("seq-mean-token-sum-norm", norm_tokens=600.0)(mask)
+    assert dr[0, 0].item() == dr[1, 0].item() == pytest.approx(1 / (2 * 600))
+    assert dr[0, 100].item() == 0.0  # padding / masked tokens still weigh nothing
+    # the total weight of a trajectory now grows with its trained tokens
+    assert dr[1].sum().item() > dr[0].sum().item()
+
+
+def test_loss_weights_reject_unknown_names_and_bad_budgets() -> None:
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        make_loss_weights("sum")
+    with pytest.raises(ValueError, match="norm_tokens"):
+        make_loss_weights("seq-mean-token-sum-norm", norm_tokens=0)
 
 
 def test_micro_batches_sum_to_the_mini_batch_loss() -> None:

@@ -75,7 +75,7 @@ def test_groups_with_a_failed_retrieval_are_dropped_whole_and_counted() -> None:
     assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())
 
     trainer = make(rollout_with(MIXED, failed={"q0", "q1", "q2"}))
-    sampled, trained, counts = trainer._collect(StageTimer())
+    sampled, trained, counts = trainer.collector.collect(trainer.step_count, StageTimer())
     failed_uids = {t.uid for t in sampled if t.stats.failed}
     assert failed_uids and not failed_uids & {t.uid for t in trained}
     assert counts["train/dropped_failed"] == 2 * len(failed_uids)
@@ -89,14 +89,14 @@ def test_dynamic_sampling_keeps_exactly_batch_size_informative_groups() -> None:
         algo={"dynamic_sampling": True, "max_sampling_rounds": 4},
     )  # fmt: skip
     for _ in range(3):
-        sampled, trained, counts = trainer._collect(StageTimer())
+        sampled, trained, counts = trainer.collector.collect(trainer.step_count, StageTimer())
         groups = split_groups(trained)
         assert len(groups.informative) == 2 and not groups.flat
         assert counts["train/groups_trained"] == 2
         assert len({t.uid for t in sampled}) == counts["train/groups_sampled"]
         trainer.step_count += 1
     off = make(rollout_with(answers), n_questions=12, batch_size=2, mini_batch_size=2)
-    _, trained, counts = off._collect(StageTimer())
+    _, trained, counts = off.collector.collect(off.step_count, StageTimer())
     assert counts["train/sampling_rounds"] == 1 and len(trained) == 4
 
 
