@@ -80,8 +80,10 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def engine_identity(model: ModelConfig) -> dict[str, str]:
-    """The generation engine `model` resolves to on this machine (`auto` differs between
-    CPUs: HF with a bf16 copy where bf16 is native, CTranslate2 int8 elsewhere)."""
+    """The generation engine `model` resolves to on this machine, the part of the model config
+    that decides the rows (the rest are speed settings). `auto` is HF, generating with a bf16
+    copy of fp32 weights where a probe measures bf16 faster (`models.precision`) and with the
+    weights as they are elsewhere, so the same command can resolve differently on two CPUs."""
     backend = resolve_backend(model)
     if backend == "ct2":
         return {"backend": "ct2", "compute_type": model.ct2_compute_type}
@@ -103,11 +105,13 @@ def engine_identity(model: ModelConfig) -> dict[str, str]:
 
 
 def _model_record(model: ModelConfig) -> dict[str, Any]:
-    record = to_dict(model)
+    """Which weights (a local path made absolute); how they run is `engine_identity`'s."""
     path = Path(model.name_or_path)
-    if model.name_or_path != "embedded" and path.exists():
-        record["name_or_path"] = str(path.resolve())
-    return record
+    local = model.name_or_path != "embedded" and path.exists()
+    return {
+        "name_or_path": str(path.resolve()) if local else model.name_or_path,
+        "gguf_file": model.gguf_file,
+    }
 
 
 def _run_record(config: EvalConfig, retriever: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -99,9 +99,9 @@ def test_a_folder_refuses_another_configuration(tokenizer, tmp_path) -> None:
     evaluate(config(), questions(2), tmp_path, counting.resources())
     with pytest.raises(EvalError, match="method"):
         evaluate(config(method="cot"), questions(2), tmp_path, counting.resources())
-    bf16 = config(model=ModelConfig(generation_dtype="bfloat16"))
+    other = config(model=ModelConfig(name_or_path="HuggingFaceTB/SmolLM2-360M-Instruct"))
     with pytest.raises(EvalError, match="model"):
-        evaluate(bf16, questions(2), tmp_path, counting.resources())
+        evaluate(other, questions(2), tmp_path, counting.resources())
 
 
 class FlakyRetriever(DictRetriever):
@@ -256,21 +256,22 @@ def test_run_json_records_the_search_engine_and_a_rerun_with_another_is_refused(
 def test_the_engine_auto_resolves_to_is_recorded_and_must_match(
     tokenizer, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def cpu(native_bf16: bool) -> None:
-        for module in ("searchrl.models.loading", "searchrl.eval.harness"):
-            monkeypatch.setattr(f"{module}.fast_bf16", lambda device: native_bf16)
+    def cpu(bf16_measures_fast: bool) -> None:
+        monkeypatch.setattr("searchrl.eval.harness.fast_bf16", lambda device: bf16_measures_fast)
 
     cpu(True)
     native = {"backend": "hf", "device": "cpu", "weights": "float32", "generation": "bfloat16"}
     assert engine_identity(ModelConfig()) == native
     counting = Counting(tokenizer)
     evaluate(config(), questions(2), tmp_path, counting.resources())
-    cpu(False)  # the same folder on an AVX2-only CPU: CTranslate2 int8
-    assert engine_identity(ModelConfig()) == {"backend": "ct2", "compute_type": "int8"}
-    with pytest.raises(EvalError, match="engine: hf/cpu/float32/bfloat16 there, ct2/int8 now"):
+    cpu(False)  # the same command where bf16 measures slower than fp32
+    assert engine_identity(ModelConfig())["generation"] == "float32"
+    with pytest.raises(EvalError, match="engine: hf/cpu/float32/bfloat16 there, hf/cpu/float32/fl"):
         evaluate(config(), questions(4), tmp_path, counting.resources())
-    explicit = ModelConfig(backend="hf", generation_dtype="float32")
-    assert engine_identity(explicit)["generation"] == "float32"
+    pinned = config(model=ModelConfig(generation_dtype="bfloat16"))  # what made the folder
+    assert evaluate(pinned, questions(4), tmp_path, counting.resources())["n"] == 4
+    ct2 = {"backend": "ct2", "compute_type": "int8"}
+    assert engine_identity(ModelConfig(backend="ct2")) == ct2
 
 
 def test_a_folder_refuses_rows_of_another_engine_class(tokenizer, tmp_path) -> None:
