@@ -79,6 +79,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--methods", default=",".join(PROMPTED + FINE_TUNED + TRAINED))
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--set", action="append", default=[], help="EvalConfig override.")
+    parser.add_argument(
+        "--trained-set", action="append", default=[],
+        help="Override for the trained methods only (sft, r1, rejection, search-r1, search-r2): "
+        "the settings their recipe evaluates with, e.g. rollout.max_turns=5.",
+    )  # fmt: skip
     parser.add_argument("--ft-config", default="tiny_cpu_sft", help="SFT preset of direct/rag-ft.")
     parser.add_argument("--ft-set", action="append", default=[], help="Its overrides (k=v).")
     parser.add_argument("--table-only", action="store_true")
@@ -194,6 +199,7 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
     """Evaluate every cell into OUT/evals/<cell>; models, indexes and fine-tuned baselines are
     loaded or built when a cell first needs them, so a finished grid loads nothing."""
     base = load_config(EvalConfig, None, [*BUDGET, *args.set])
+    trained = load_config(EvalConfig, None, [*BUDGET, *args.set, *args.trained_set])
     world = world_dir(args)
     questions = {
         "world": load_sets([str(world / "test.jsonl")], args.world_limit),
@@ -225,7 +231,8 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
             continue  # finished: nothing to load
         model = model_of(cell.method)
         config = replace(
-            base, method=cell.method, batch_size=args.batch_size, progress=False,
+            trained if cell.method in TRAINED else base, method=cell.method,
+            batch_size=args.batch_size, progress=False,
             model=replace(base.model, name_or_path=model),
         )  # fmt: skip
         index = f"{cell.data}-{cell.retriever}" if cell.retriever != "none" else None
