@@ -40,7 +40,10 @@ from searchrl.models.loading import load_policy
 from searchrl.report.grid import grid_markdown, load_summaries
 from searchrl.retrieval import build_index, load_index
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(
+    os.environ.get("SEARCHRL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+"""`../shared/data` next to the checkout (or $SEARCHRL_SHARED_DATA, as the tests read it)."""
 PROMPTED = ("direct", "cot", "rag", "ircot", "search-o1")
 FINE_TUNED = ("direct-ft", "rag-ft")
 TRAINED = ("sft", "r1", "rejection", "search-r1", "search-r2")
@@ -201,10 +204,11 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
     base = load_config(EvalConfig, None, [*BUDGET, *args.set])
     trained = load_config(EvalConfig, None, [*BUDGET, *args.set, *args.trained_set])
     world = world_dir(args)
-    questions = {
-        "world": load_sets([str(world / "test.jsonl")], args.world_limit),
-        "wiki": load_sets([str(args.qa)], args.limit),
+    sources = {
+        "world": ([str(world / "test.jsonl")], args.world_limit),
+        "wiki": ([str(args.qa)], args.limit),
     }
+    questions = {data: load_sets(*sources[data]) for data in {c.data for c in todo}}
     sizes = {c: len(questions[c.data]) for c in todo}
     done = {c: min(_rows_in(args.out / "evals" / c.name), sizes[c]) for c in todo}
     tracker = Tracker(sum(sizes.values()), sum(done.values()))
