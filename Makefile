@@ -47,7 +47,7 @@ install-dev: $(VENV)/.installed-dev
 
 demo: install
 	$(VENV)/bin/searchrl demo --out $(DEMO_OUT)
-	$(VENV)/bin/searchrl report $(DEMO_OUT) --out $(DEMO_OUT)/report.html
+	$(VENV)/bin/searchrl report $(DEMO_OUT) --out $(DEMO_OUT)/report.html --force
 
 test: install-dev
 	$(VENV)/bin/python -m pytest -q

@@ -15,6 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from searchrl.cli import app
+from searchrl.config.eval import EvalConfig
+from searchrl.eval.harness import _run_record, retriever_identity
 from searchrl.retrieval.index import build_index, load_index
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +56,21 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (w / "broken_index").mkdir()
     (w / "broken_index" / "manifest.json").write_text("{not json")
     build_index("bm25", w / "corpus.jsonl", w / "index")
+    _jsonl(w / "corpus2.jsonl", CORPUS[:2])
+    build_index("bm25", w / "corpus2.jsonl", w / "index2")
+    _eval_folder(w / "evalrun", retriever_identity(w / "index2", None))
     return w
+
+
+def _eval_folder(folder: Path, retriever: dict) -> None:
+    """An evaluation folder as `searchrl eval --method rag --index index2` leaves it."""
+    folder.mkdir()
+    record = {**_run_record(EvalConfig(method="rag"), retriever), "loaded_engine": "HFBackend"}
+    (folder / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    row = {"id": "qa:1", "set": "qa", "question": QA["question"], "em": 1.0, "f1": 1.0,
+           "subem": 1.0, "prediction": "Ada", "golden_answers": ["Ada"], "documents": {},
+           "trajectory": {"segments": [], "searches": []}}  # fmt: skip
+    (folder / "samples.jsonl").write_text(json.dumps(row) + "\n")
 
 
 # (argv with {w} for the workspace, expected exit code, text the error line must contain)
@@ -62,6 +78,7 @@ TRAIN = "train --config tiny_cpu_grpo --out {w}/new"
 SFT = "sft --config tiny_cpu_sft --out {w}/new"
 ROLL = "rollout --data {w}/qa.jsonl --out {w}/t.jsonl"
 BM25 = "index --kind bm25 --corpus {w}/corpus.jsonl"
+EVAL = "eval --method rag --data {w}/qa.jsonl"
 CASES = [
     # train / sft / demo: overrides, presets, config files, paths, run folders
     (TRAIN + " foo.bar=1", 1, "unknown config key(s) foo"),
@@ -213,6 +230,43 @@ CASES = [
         "give --index DIR, or",
     ),
     ("serve", 2, "give --index DIR, or all of"),
+    # eval / compare / judge: refused before a model loads, existing outputs untouched
+    (
+        EVAL + " --index {w}/index --out {w}/evalrun",
+        1,
+        "holds an evaluation with other settings (retriever): retriever: bm25 index",
+    ),
+    (EVAL + " --index {w}/index2 --out {w}/evalrun --set rollout.topk=5", 1, "(rollout)"),
+    (EVAL + " --out {w}/e1", 2, "rag searches: give exactly one of --index or --url"),
+    (EVAL + " --index {w}/nope --out {w}/e1", 1, "not an index directory"),
+    (EVAL + " --index {w}/index --out {w}/e1 --set rollout.topk=0", 1, "rollout.topk: must be"),
+    (EVAL + " --index {w}/index --out {w}/e1 --set nope=1", 1, "unknown config key(s) nope"),
+    ("eval --method magic --data {w}/qa.jsonl --out {w}/e1", 2, "unknown method 'magic'"),
+    (
+        "eval --method rag-ft --data {w}/qa.jsonl --index {w}/index --out {w}/e1",
+        2,
+        "rag-ft evaluates a trained policy: give --model",
+    ),
+    ("eval --method direct --data {w}/missing.jsonl --out {w}/e1", 1, "no such file or folder"),
+    ("eval --method direct --data {w}/garbage.jsonl --out {w}/e1", 1, "row 1: invalid JSON"),
+    ("eval --method direct --data {w}/qa.jsonl", 2, "--method, --data and --out are required"),
+    (
+        "eval compare {w}/evalrun {w}/evalrun --out {w}/exists.jsonl",
+        1,
+        "already exists; pass --force",
+    ),
+    ("eval compare {w}/run {w}/evalrun", 1, "is not an evaluation folder"),
+    (
+        "eval judge {w}/evalrun {w}/evalrun --out {w}/exists.jsonl",
+        1,
+        "already exists; pass --force",
+    ),
+    ("eval judge {w}/evalrun {w}/evalrun --kind magic", 1, "unknown judge kind 'magic'"),
+    # report
+    ("report {w}/evalrun --out {w}/exists.jsonl", 1, "already exists; pass --force to replace it"),
+    ("report {w}/missing --out {w}/r.html", 1, "run or evaluation folder not found"),
+    ("report {w}/evalrun --out {w}/run", 1, "is a directory; give a file name"),
+    ("report {w}/evalrun --out {w}/r.html --max-trajectories -1", 2, "'--max-trajectories'"),
     # data
     ("data stats {w}/missing.jsonl", 1, "QA file not found"),
     ("data stats {w}/qa.jsonl --corpus /nonexistent", 1, "corpus file not found"),

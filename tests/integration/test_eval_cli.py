@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -116,3 +117,24 @@ def test_eval_refuses_incomplete_requests(setup, tmp_path: Path) -> None:
     assert no_index.exit_code != 0 and "--index" in no_index.output
     unknown = CliRunner().invoke(app, [*base, "--method", "magic"])
     assert unknown.exit_code != 0 and "unknown method" in unknown.output
+
+
+def test_a_rerun_with_another_index_is_refused_and_leaves_the_folder_as_it_was(
+    setup, tmp_path: Path
+) -> None:
+    """The interface an outside check runs: `eval --method rag … --index A --out DIR`, then
+    the same with `--index B` into DIR."""
+    other = tmp_path / "other-index"
+    world = generate_world(replace(world_preset("test"), seed=1))
+    BM25Retriever.build(world.documents).save(other)
+    out = tmp_path / "rag"
+    args = ["eval", "--method", "rag", "--data", str(setup["data"]), "--model", str(setup["model"]),
+            "--limit", "2", "--out", str(out), *SHORT]  # fmt: skip
+    run([*args, "--index", str(setup["index"])])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    refused = CliRunner().invoke(app, [*args, "--index", str(other)])
+    assert refused.exit_code == 1
+    errors = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "retriever" in errors[0]
+    assert str(other.resolve()) in errors[0] and "use another --out folder" in errors[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -6,12 +6,14 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from report_data import HOSTILE, build
 from typer.testing import CliRunner
 
 from searchrl.cli import app
 from searchrl.report import write_report
 from searchrl.report.charts import PANELS, SFT_PANEL
+from searchrl.utils.errors import OutputError
 
 
 def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
@@ -29,6 +31,7 @@ def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
     assert 'data-metric="overall-em"' in page
     assert page.count('class="eval-table"') >= 2 and 'class="comparison-table"' in page
     assert 'class="paired-table"' in page and 'class="runs-table"' in page
+    assert "Avg. A − B over sets" in page and 'class="grid-table"' in page
     assert "runs/grpo_s* (2 seeds)" in page  # two seeds of one config share a band
     block = re.search(r'<script type="application/json" id="traj-data">(.*?)</script>', page, re.S)
     records = json.loads(block.group(1))
@@ -48,3 +51,18 @@ def test_report_command(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", str(root), "--out", str(tmp_path / "x.html")])
     assert result.exit_code == 0, result.output
     assert "report:" in result.output and (tmp_path / "x.html").stat().st_size > 10_000
+
+
+def test_report_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
+    root = build(tmp_path)
+    out = tmp_path / "r.html"
+    out.write_text("an earlier report\n")
+    result = CliRunner().invoke(app, ["report", str(root), "--out", str(out)])
+    assert result.exit_code == 1 and "already exists; pass --force" in result.stderr
+    assert out.read_text() == "an earlier report\n"
+    with pytest.raises(OutputError):
+        write_report([root], out)
+    forced = CliRunner().invoke(app, ["report", str(root), "--out", str(out), "--force"])
+    assert forced.exit_code == 0, forced.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'class="grid-table"' in page

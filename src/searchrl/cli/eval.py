@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from searchrl.cli.common import ForceOption
 from searchrl.config.eval import EvalConfig, RubricConfig
 from searchrl.config.loading import from_dict
 
@@ -20,9 +21,13 @@ app = typer.Typer(
     no_args_is_help=False,
 )
 
-METHOD_HELP = "direct, cot, rag, ircot, search-o1, r1, sft, rejection, search-r1, …"
+METHOD_HELP = (
+    "direct, cot, rag, ircot, search-o1, direct-ft, rag-ft, r1, sft, rejection, search-r1, "
+    "search-r2"
+)
 DATA_HELP = (
-    "Question set, repeatable: a .jsonl/.parquet file, a folder of them, a world split "
+    "Question set, repeatable: a .jsonl/.parquet file, a folder of them, a FlashRAG root "
+    "(one folder per set; its test split, or dev where the papers use dev), a world split "
     "(runs/x/world/test.jsonl) or hf:NAME[:SPLIT]."
 )
 
@@ -69,8 +74,9 @@ def evaluate(
         return
     if method is None or not data or out is None:
         raise typer.BadParameter("--method, --data and --out are required")
-    from searchrl.eval.harness import evaluate, load_sets
+    from searchrl.eval.harness import evaluate, retriever_identity
     from searchrl.eval.registry import method as lookup
+    from searchrl.eval.sets import load_sets
 
     values: dict[str, Any] = {"method": method, "limit": limit, "batch_size": batch_size}
     if model is not None:
@@ -81,8 +87,9 @@ def evaluate(
         raise typer.BadParameter(f"{spec.name} evaluates a trained policy: give --model")
     if spec.retrieval and (index is None) == (url is None):
         raise typer.BadParameter(f"{spec.name} searches: give exactly one of --index or --url")
+    identity = retriever_identity(index, url) if spec.retrieval else None
     questions = load_sets(data, config.limit)
-    summary = evaluate(config, questions, out, _resources(config, index, url))
+    summary = evaluate(config, questions, out, _resources(config, index, url, identity))
     _print_summary(summary, out)
 
 
@@ -93,7 +100,9 @@ def _spec(lookup: Any, name: str) -> Any:
         raise typer.BadParameter(str(err)) from err
 
 
-def _resources(config: EvalConfig, index: Path | None, url: str | None) -> Any:
+def _resources(
+    config: EvalConfig, index: Path | None, url: str | None, identity: dict[str, Any] | None
+) -> Any:
     from searchrl.eval.harness import Resources
     from searchrl.models.loading import load_policy
     from searchrl.rollout.runner import open_retriever
@@ -103,6 +112,7 @@ def _resources(config: EvalConfig, index: Path | None, url: str | None) -> Any:
         load_policy=lambda: load_policy(
             config.model, max_model_len=config.rollout.max_total_tokens
         ),
+        retriever=identity,
     )
 
 
@@ -127,7 +137,7 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
         )
     average = summary["average"]
     table.add_row(
-        "average of sets",
+        "Avg. (mean of sets)",
         "",
         _fmt(average["em"]),
         f"{average['f1']['mean']:.3f}",
@@ -150,11 +160,16 @@ def compare(
     second: Annotated[Path, typer.Argument(help="Evaluation folder B.")],
     metric: Annotated[str, typer.Option(help="em, f1, subem, searches, …")] = "em",
     out: Annotated[Path | None, typer.Option(help="Also write the result as JSON.")] = None,
+    force: ForceOption = False,
 ) -> None:
     """A vs B on the questions both answered: mean difference with a paired-bootstrap 95%
-    interval, wins/losses/ties and the sign-test p-value, per set and overall."""
+    interval, wins/losses/ties and the sign-test p-value, per set, pooled ("overall") and on
+    the papers' "Avg." over sets (stratified sign-flip test)."""
     from searchrl.eval.compare import compare_runs, write_json
+    from searchrl.utils.output import check_output
 
+    if out is not None:
+        check_output(out, force=force)
     result = compare_runs(first, second, metric)
     table = Table(title=f"{metric}: A = {first}  vs  B = {second}")
     for column in ("set", "n", "A", "B", "A − B [95% CI]", "A wins", "B wins", "ties", "p"):
@@ -175,7 +190,7 @@ def compare(
     if result["unmatched"]:
         typer.echo(f"{result['unmatched']} questions are in only one of the two runs (left out)")
     if out is not None:
-        write_json(result, out)
+        write_json(result, out, force=force)
 
 
 @app.command("judge")
@@ -188,11 +203,17 @@ def judge(
     per_set: Annotated[int | None, typer.Option(help="Pairs sampled per set.")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the result as JSON.")] = None,
     overrides: SetOption = None,
+    force: ForceOption = False,
 ) -> None:
-    """Trajectory quality (Search-R2 §5.6): six rubric dimensions scored 0/1/2 on paired
-    trajectories, pair order randomised; wins, losses and ties of A per dimension."""
+    """Trajectory quality (Search-R2 §5.6): six rubric dimensions scored 0/1/2 for each
+    trajectory of a pair, each on its own (`--set shown=pair` shows both, order randomised);
+    wins, losses and ties of A per dimension."""
     from searchrl.eval.compare import write_json
     from searchrl.eval.rubric import DIMENSIONS, judge_runs
+    from searchrl.utils.output import check_output
+
+    if out is not None:
+        check_output(out, force=force)
 
     values = {"kind": kind, "url": url, "model": judge_model, "per_set": per_set}
     config: RubricConfig = _config(RubricConfig, values, overrides or [])
@@ -206,7 +227,7 @@ def judge(
     Console().print(table)
     typer.echo(f"{result['pairs']} pairs")
     if out is not None:
-        write_json(result, out)
+        write_json(result, out, force=force)
 
 
 def register(root: typer.Typer) -> None:

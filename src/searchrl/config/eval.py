@@ -5,6 +5,7 @@ judge (seed 001 §5.6) and `searchrl report`. Evaluation is greedy by default, a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
@@ -56,6 +57,9 @@ class RubricConfig:
     kind: str = "rule"
     """`rule` (the dimensions a rule can score), `llm` (all six by an OpenAI-compatible
     endpoint) or `hybrid` (rule where one exists, the endpoint for the rest)."""
+    shown: Literal["single", "pair"] = "single"
+    """`single`: the judge reads each trajectory on its own (§5.6: "scored independently");
+    `pair`: both trajectories in one prompt, shown in a seeded random order."""
     url: str = ""
     """Base URL of an OpenAI-compatible API (`…/v1`); `/chat/completions` is appended."""
     model: str = ""

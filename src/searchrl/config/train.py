@@ -313,9 +313,12 @@ class SFTConfig:
 
     seed: int = 0
     """Shuffling seed."""
-    source: Literal["references", "rejection"] = "references"
+    source: Literal["references", "rejection", "direct", "rag"] = "references"
     """`references`: the world's reference trajectories; `rejection`: sample with search via
-    the rollout engine and keep the correct ones (the paper's rejection-sampling baseline)."""
+    the rollout engine and keep the correct ones (the paper's rejection-sampling baseline);
+    `direct` / `rag`: the same references as (question → answer) / (question + top-k passages
+    → answer) in the Direct / RAG prompts, for the fine-tuned baselines `direct-ft` /
+    `rag-ft` of `searchrl eval`."""
     max_examples: PositiveInt = 300
     """Trajectories used (the first N after shuffling)."""
     epochs: PositiveFloat = 0.65
@@ -334,8 +337,8 @@ class SFTConfig:
     """Max global grad norm."""
     mask_env: bool = True
     """Mask env tokens (retrieved passages) out of the loss, as in RL."""
-    rejection_samples: PositiveInt = 4
-    """Rejection sampling: trajectories sampled per question."""
+    rejection_samples: PositiveInt = 5
+    """Rejection sampling: trajectories sampled per question (the paper: five)."""
     meta_examples: NonNegativeInt = 0
     """Search-R2 warm start: this many world-labelled Meta-Refiner examples (meta prompt →
     the earliest flawed step) join the reference trajectories; 0 = Actor SFT only."""

@@ -1,6 +1,7 @@
 """`searchrl eval`: run one method over question sets into a folder, resumably.
 
-    DIR/run.json        method, model and rollout settings (a rerun must match them)
+    DIR/run.json        method, model, the engine it resolved to, the search engine's identity
+                        and the rollout settings (a rerun must match them)
     DIR/samples.jsonl   one row per question, appended a batch at a time (`eval.store`)
     DIR/summary.json    aggregates with 95% intervals over the questions asked for (`eval.summary`)
 
@@ -9,6 +10,12 @@ generates the rest, so a killed run continues where it stopped and a finished on
 redone (the model is not even loaded). A question whose retrieval failed is not written: it is
 retried by the next run and counted as `missing` meanwhile, never silently dropped (Search-R1's
 validation loader dropped the last partial batch).
+
+A folder holds one configuration. `run.json` records what decides the rows: the method, the
+model (a local path made absolute), the generation engine `model.backend=auto` resolved to on
+this machine (HF with a bf16 copy, HF in fp32 or CTranslate2 int8 give different greedy
+answers), and the search engine (an index's path, kind, corpus fingerprint and parameters, or a
+server's URL). A rerun with anything else ends in one error before the folder is touched.
 """
 
 from __future__ import annotations
@@ -16,63 +23,28 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from searchrl.config.eval import EvalConfig
 from searchrl.config.loading import to_dict
-from searchrl.data.benchmarks import DataError, load_hf_dataset, load_questions
+from searchrl.config.model import ModelConfig
 from searchrl.eval.methods import Context, Outcome, RecordingRetriever
 from searchrl.eval.registry import MethodSpec, method
 from searchrl.eval.store import SampleStore
 from searchrl.eval.summary import summarize
+from searchrl.models.loading import resolve_backend, resolve_device, resolve_dtype
+from searchrl.models.precision import fast_bf16
+from searchrl.retrieval.manifest import read_manifest
 from searchrl.types import Question
 from searchrl.utils.errors import SearchRLError
 from searchrl.utils.progress import progress_bar
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-
 
 class EvalError(SearchRLError, ValueError):
     """A bad request (unknown method, missing index, a folder holding another run)."""
-
-
-def load_sets(sources: Sequence[str], limit: int) -> list[Question]:
-    """Questions of every source, the first `limit` of each set (0 = all): a file (FlashRAG
-    JSONL, Search-R1 parquet, a world split), a folder of such files, or `hf:NAME[:SPLIT]`
-    (the FlashRAG collection on the Hub, where it is reachable)."""
-    questions: list[Question] = []
-    for source in sources:
-        for loaded in _load_source(source):
-            by_set: dict[str, list[Question]] = {}
-            for q in loaded:
-                by_set.setdefault(q.source, []).append(q)
-            for group in by_set.values():
-                questions.extend(group[:limit] if limit > 0 else group)
-    seen: set[str] = set()
-    for q in questions:
-        if q.uid in seen:
-            raise DataError(f"question {q.uid!r} is given twice (the same set twice?)")
-        seen.add(q.uid)
-    return questions
-
-
-def _load_source(source: str) -> Iterator[list[Question]]:
-    if source.startswith("hf:"):
-        name, _, split = source[3:].partition(":")
-        yield load_hf_dataset(name, split or None)
-        return
-    path = Path(source)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES)
-        if not files:
-            raise DataError(f"{path}: no .jsonl or .parquet files")
-        for file in files:
-            yield load_questions(file)
-        return
-    yield load_questions(path)
 
 
 @dataclass
@@ -81,12 +53,73 @@ class Resources:
 
     open_retriever: Callable[[], Any]
     load_policy: Callable[[], Any]
+    retriever: dict[str, Any] | None = None
+    """Identity of the search engine (`retriever_identity`), recorded in `run.json`; None
+    for methods that never search."""
 
 
-def _run_record(config: EvalConfig) -> dict[str, Any]:
+def retriever_identity(index: Path | None, url: str | None) -> dict[str, Any] | None:
+    """What decides the passages a search returns: an index's absolute path, kind, corpus
+    (sha256 and rows), build parameters and encoder; or a server's URL."""
+    if url is not None:
+        return {"url": url}
+    if index is None:
+        return None
+    manifest = read_manifest(index)
+    return {
+        "index": str(Path(index).resolve()),
+        "kind": manifest.kind,
+        "corpus": {"sha256": manifest.corpus.sha256, "rows": manifest.corpus.rows},
+        "params": manifest.params,
+        "encoder": manifest.encoder,
+    }
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def engine_identity(model: ModelConfig) -> dict[str, str]:
+    """The generation engine `model` resolves to on this machine, the part of the model config
+    that decides the rows (the rest are speed settings). `auto` is HF, generating with a bf16
+    copy of fp32 weights where a probe measures bf16 faster (`models.precision`) and with the
+    weights as they are elsewhere, so the same command can resolve differently on two CPUs."""
+    backend = resolve_backend(model)
+    if backend == "ct2":
+        return {"backend": "ct2", "compute_type": model.ct2_compute_type}
+    device = resolve_device(model.device)
+    weights = resolve_dtype(model.dtype, device)
+    if backend == "vllm":
+        return {"backend": "vllm", "dtype": _dtype_name(weights)}
+    if model.generation_dtype != "auto":
+        generation = resolve_dtype(model.generation_dtype, device)
+    else:  # as `models.loading.auto_generation_dtype` decides it
+        fast = str(weights) == "torch.float32" and fast_bf16(device)
+        generation = "bfloat16" if fast else weights
+    return {
+        "backend": "hf",
+        "device": device.type,
+        "weights": _dtype_name(weights),
+        "generation": _dtype_name(generation),
+    }
+
+
+def _model_record(model: ModelConfig) -> dict[str, Any]:
+    """Which weights (a local path made absolute); how they run is `engine_identity`'s."""
+    path = Path(model.name_or_path)
+    local = model.name_or_path != "embedded" and path.exists()
+    return {
+        "name_or_path": str(path.resolve()) if local else model.name_or_path,
+        "gguf_file": model.gguf_file,
+    }
+
+
+def _run_record(config: EvalConfig, retriever: dict[str, Any] | None = None) -> dict[str, Any]:
     record = {
         "method": config.method,
-        "model": to_dict(config.model),
+        "model": _model_record(config.model),
+        "engine": engine_identity(config.model),
+        "retriever": retriever,
         "seed": config.seed,
         "rollout": to_dict(config.rollout),
         "reason_tokens": config.reason_tokens,
@@ -97,22 +130,57 @@ def _run_record(config: EvalConfig) -> dict[str, Any]:
     return record
 
 
-def _check_run(out: Path, config: EvalConfig) -> None:
-    """A folder holds one configuration: refuse to mix another one's samples into it."""
-    record = _run_record(config)
+LOADED_ENGINE = "loaded_engine"
+"""run.json key: the backend class actually built (CTranslate2 can fall back to HF)."""
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict) and "index" in value:
+        corpus = value["corpus"]["sha256"][:12]
+        return f"{value['kind']} index {value['index']} (corpus sha256 {corpus}…)"
+    if isinstance(value, dict) and "url" in value:
+        return f"server {value['url']}"
+    if isinstance(value, dict) and "backend" in value:
+        return "/".join(str(v) for v in value.values())
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+
+
+def check_run(out: Path, record: dict[str, Any]) -> bool:
+    """Read-only: True when `out` already holds a run with exactly `record`'s settings,
+    False when it holds none; an EvalError (nothing written) when it holds another."""
     path = out / "run.json"
-    if path.is_file():
-        old = json.loads(path.read_text())
-        if old != record:
-            changed = sorted(k for k in record if old.get(k) != record[k])
-            raise EvalError(
-                f"{out} holds an evaluation with other settings ({', '.join(changed)}); "
-                "use another --out folder or delete this one"
-            )
+    if not path.is_file():
+        return False
+    old = json.loads(path.read_text())
+    changed = sorted(k for k in record if old.get(k) != record[k])
+    if not changed:
+        return True
+    shown = [k for k in changed if k in ("method", "retriever", "engine")]
+    detail = "; ".join(
+        f"{k}: {_describe(old.get(k))} there, {_describe(record[k])} now" for k in shown
+    )
+    raise EvalError(
+        f"{out} holds an evaluation with other settings ({', '.join(changed)})"
+        + (f": {detail}" if detail else "")
+        + "; use another --out folder or delete this one"
+    )
+
+
+def _settle_engine(out: Path, record: dict[str, Any], backend: Any) -> None:
+    """After loading: refuse a folder made by another engine class (a CTranslate2 fallback on
+    one machine, not on another), else write `run.json` with the class it used."""
+    loaded = type(backend).__name__
+    path = out / "run.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if old.get(LOADED_ENGINE, loaded) != loaded:
+        raise EvalError(
+            f"{out} was generated with {old[LOADED_ENGINE]}, but {loaded} was loaded here; "
+            "use another --out folder"
+        )
+    if old.get(LOADED_ENGINE) == loaded:
         return
-    out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.write_text(json.dumps({**record, LOADED_ENGINE: loaded}, indent=2) + "\n")
     os.replace(tmp, path)
 
 
@@ -147,20 +215,42 @@ def sample_row(
     }
 
 
+def _check_questions(out: Path, questions: Sequence[Question], done: dict[str, Any]) -> None:
+    """Refuse a folder whose rows hold other questions under the same ids (another world
+    generated with the same id scheme, another version of a set)."""
+    for q in questions:
+        if q.uid in done and done[q.uid] not in (None, q.question):
+            raise EvalError(
+                f"{out} holds another question under id {q.uid!r} ({done[q.uid]!r}, not "
+                f"{q.question!r}): other data; use another --out folder"
+            )
+
+
 def evaluate(
-    config: EvalConfig, questions: Sequence[Question], out: Path, resources: Resources
+    config: EvalConfig,
+    questions: Sequence[Question],
+    out: Path,
+    resources: Resources,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate `config.method` on `questions` into `out`; returns the summary (also written
-    to `out/summary.json`), with `missing` = questions without a row (failed retrievals)."""
+    to `out/summary.json`), with `missing` = questions without a row (failed retrievals).
+    `on_batch(n)` is told after each batch of n questions (a caller's own progress line)."""
     spec = method(config.method)
+    record = _run_record(config, resources.retriever if spec.retrieval else None)
+    check_run(out, record)  # before the lock: a refused folder is left exactly as it was
     store = SampleStore(out / "samples.jsonl")
     store.lock()
     try:
-        _check_run(out, config)
-        done = {row["id"] for row in store.load()}
+        check_run(out, record)  # again under the lock: another writer may have started
+        done = {row["id"]: row.get("question") for row in store.load()}
+        _check_questions(out, questions, done)
         todo = [q for q in questions if q.uid not in done]
         if todo:
-            _generate(config, spec, todo, store, resources, len(questions) - len(todo))
+            policy = resources.load_policy()
+            _settle_engine(out, record, policy.backend)
+            already = len(questions) - len(todo)
+            _generate(config, spec, todo, store, resources, policy, already, on_batch)
         wanted = {q.uid for q in questions}
         rows = [row for row in store.load() if row["id"] in wanted]
     finally:
@@ -181,11 +271,12 @@ def _generate(
     todo: list[Question],
     store: SampleStore,
     resources: Resources,
+    policy: Any,
     already: int,
+    on_batch: Callable[[int], None] | None,
 ) -> None:
     """Run the method batch by batch, appending each finished batch to the store."""
     retriever = RecordingRetriever(resources.open_retriever()) if spec.retrieval else None
-    policy = resources.load_policy()
     ctx = Context(policy.backend, policy.tokenizer, retriever, config, policy.model)
     total = already + len(todo)
     bar = progress_bar(
@@ -207,3 +298,5 @@ def _generate(
             if retriever is not None:
                 retriever.documents.clear()
             advance(len(batch))
+            if on_batch is not None:
+                on_batch(len(batch))

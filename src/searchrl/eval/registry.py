@@ -2,6 +2,10 @@
 
 Adding a method is one function `(questions, ctx) ->
 list[Outcome]` and one `MethodSpec` line below.
+
+`direct-ft` and `rag-ft` run the Direct and RAG prompts with a model fine-tuned on them
+(`searchrl sft source=direct|rag`, the same references and budget as the search policy's warm
+start), so "Search-R1 > RAG > Direct" compares methods, not who learned the answer format.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ METHODS = MappingProxyType(
             MethodSpec("rag", run_rag, True, False, "top-k passages for the question, one turn"),
             MethodSpec("ircot", run_ircot, True, False, "retrieval interleaved with CoT lines"),
             MethodSpec("search-o1", run_search_o1, True, False, "agentic search, Reason-in-Docs"),
+            MethodSpec(
+                "direct-ft", run_direct, False, True, "Direct, fine-tuned (question → answer)"
+            ),
+            MethodSpec(
+                "rag-ft", run_rag, True, True, "RAG, fine-tuned (question + passages → answer)"
+            ),
             MethodSpec("r1", policy_method(search=False), False, True, "RL-trained, no search"),
             MethodSpec("sft", _SEARCHING, True, True, "SFT policy with search"),
             MethodSpec("rejection", _SEARCHING, True, True, "rejection-sampling SFT policy"),

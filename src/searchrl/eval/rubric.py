@@ -2,8 +2,12 @@
 dimensions, each scored 0/1/2 per trajectory, then counted as wins, losses AND ties of A
 (Search-R2's Figure 4 leaves ties out, which inflates the win ratios).
 
-Judges score a pair shown as ("A", "B"); `judge_runs` randomises which method is shown first
-and maps the scores back, so a judge's position bias cannot favour one method.
+Each trajectory is scored on its own (`RubricConfig.shown = "single"`, the default): the judge
+reads one trajectory per request, so neither method's text, length or position can colour the
+other's scores. The paper says each trajectory "is scored independently" (§5.6); its analysis
+(seed 001 "Critical Assessment") reads the judge as seeing both at once, which `shown = "pair"`
+reproduces: both in one prompt, which one is shown first decided by a seeded coin and the
+scores mapped back, so a position bias cannot favour one method.
 - `RuleJudge` scores the dimensions a rule can: evidence groundedness (is the answer in the
   retrieved text?) and non-redundancy (repeated queries or already-seen documents).
 - `LLMJudge` asks an OpenAI-compatible endpoint for all six (the paper used GPT-5.1).
@@ -17,7 +21,7 @@ import json
 import random
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,7 +54,9 @@ Scores = dict[str, int | None]
 
 
 class Judge(Protocol):
-    """Scores two trajectories of one question, shown as A then B."""
+    """Scores one trajectory on its own, or two of one question shown as A then B."""
+
+    def score(self, row: Row) -> Scores: ...
 
     def score_pair(self, first: Row, second: Row) -> tuple[Scores, Scores]: ...
 
@@ -127,10 +133,28 @@ def render_trajectory(row: Row, max_env_chars: int = 600) -> str:
     return "".join(parts).strip() or "(empty)"
 
 
-def judge_prompt(first: Row, second: Row) -> str:
-    """The instruction, the question, the gold answers and both trajectories."""
+def _rubric_text() -> tuple[str, str]:
     rubric = "\n".join(f"- {d}: {DESCRIPTIONS[d]}" for d in DIMENSIONS)
     keys = ", ".join(f'"{d}": 0|1|2' for d in DIMENSIONS)
+    return rubric, keys
+
+
+def judge_prompt_single(row: Row) -> str:
+    """The instruction, the question, the gold answers and one trajectory."""
+    rubric, keys = _rubric_text()
+    return (
+        "You assess one search-augmented reasoning trajectory. Score it on every dimension: "
+        "0 = poor, 1 = acceptable, 2 = good.\n"
+        f"Dimensions:\n{rubric}\n\nQuestion: {row['question']}\n"
+        f"Gold answers: {json.dumps(row.get('golden_answers', []))}\n\n"
+        f"Trajectory:\n{render_trajectory(row)}\n\n"
+        f"Reply with one JSON object only: {{{keys}}}"
+    )
+
+
+def judge_prompt(first: Row, second: Row) -> str:
+    """The instruction, the question, the gold answers and both trajectories (`pair`)."""
+    rubric, keys = _rubric_text()
     return (
         "You compare two search-augmented reasoning trajectories for the same question. Score "
         "each trajectory independently on every dimension: 0 = poor, 1 = acceptable, 2 = good.\n"
@@ -142,18 +166,31 @@ def judge_prompt(first: Row, second: Row) -> str:
     )
 
 
-def parse_scores(text: str) -> tuple[Scores, Scores]:
-    """The first JSON object in `text` holding A and B score maps; raises ValueError."""
+def _objects(text: str) -> Iterator[Any]:
+    """Every JSON object that starts somewhere in `text`, in order."""
     start = text.find("{")
     while start != -1:
         try:
             payload, _ = json.JSONDecoder().raw_decode(text[start:])
+            yield payload
         except json.JSONDecodeError:
-            start = text.find("{", start + 1)
-            continue
+            pass
+        start = text.find("{", start + 1)
+
+
+def parse_single(text: str) -> Scores:
+    """The first JSON object in `text` holding at least one dimension; raises ValueError."""
+    for payload in _objects(text):
+        if isinstance(payload, dict) and any(d in payload for d in DIMENSIONS):
+            return _clean(payload)
+    raise ValueError(f"no score object in the judge's reply: {text[:200]!r}")
+
+
+def parse_scores(text: str) -> tuple[Scores, Scores]:
+    """The first JSON object in `text` holding A and B score maps; raises ValueError."""
+    for payload in _objects(text):
         if isinstance(payload, dict) and "A" in payload and "B" in payload:
             return _clean(payload["A"]), _clean(payload["B"])
-        start = text.find("{", start + 1)
     raise ValueError(f"no score object in the judge's reply: {text[:200]!r}")
 
 
@@ -173,13 +210,23 @@ class LLMJudge:
         self.client = client
         self.retries = retries
 
-    def score_pair(self, first: Row, second: Row) -> tuple[Scores, Scores]:
-        messages = [{"role": "user", "content": judge_prompt(first, second)}]
+    def _ask(self, prompt: str, parse: Callable[[str], Any]) -> Any:
+        messages = [{"role": "user", "content": prompt}]
         for _ in range(self.retries + 1):
             try:
-                return parse_scores(self.client.complete(messages))
+                return parse(self.client.complete(messages))
             except ValueError:
                 continue
+        return None
+
+    def score(self, row: Row) -> Scores:
+        scores = self._ask(judge_prompt_single(row), parse_single)
+        return scores if scores is not None else dict.fromkeys(DIMENSIONS)
+
+    def score_pair(self, first: Row, second: Row) -> tuple[Scores, Scores]:
+        scores = self._ask(judge_prompt(first, second), parse_scores)
+        if scores is not None:
+            return scores
         empty: Scores = dict.fromkeys(DIMENSIONS)
         return empty, dict(empty)
 
@@ -191,11 +238,18 @@ class HybridJudge:
         self.rule = RuleJudge()
         self.llm = llm
 
+    @staticmethod
+    def _merge(rule: Scores, llm: Scores) -> Scores:
+        return {d: rule[d] if d in _RULES else llm[d] for d in DIMENSIONS}
+
+    def score(self, row: Row) -> Scores:
+        return self._merge(self.rule.score(row), self.llm.score(row))
+
     def score_pair(self, first: Row, second: Row) -> tuple[Scores, Scores]:
         llm_a, llm_b = self.llm.score_pair(first, second)
-        rule_a, rule_b = self.rule.score_pair(first, second)
-        merge = lambda r, m: {d: r[d] if d in _RULES else m[d] for d in DIMENSIONS}  # noqa: E731
-        return merge(rule_a, llm_a), merge(rule_b, llm_b)
+        return self._merge(self.rule.score(first), llm_a), self._merge(
+            self.rule.score(second), llm_b
+        )
 
 
 def make_judge(config: RubricConfig) -> Judge:
@@ -222,8 +276,17 @@ def _tally(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def judge_pairs(pairs: Sequence[tuple[Row, Row]], judge: Judge, seed: int) -> list[dict[str, Any]]:
-    """Score each (A, B) pair, shown in a random order; scores are mapped back to A and B."""
+def judge_pairs(
+    pairs: Sequence[tuple[Row, Row]], judge: Judge, seed: int, shown: str = "single"
+) -> list[dict[str, Any]]:
+    """Score each (A, B) pair: each trajectory on its own (`shown="single"`), or both in one
+    prompt in a random order, the scores mapped back to A and B (`"pair"`)."""
+    if shown == "single":
+        return [
+            {"id": a["id"], "set": a["set"], "order": "single", "a": judge.score(a),
+             "b": judge.score(b)}
+            for a, b in pairs
+        ]  # fmt: skip
     rng = random.Random(seed)
     records = []
     for a, b in pairs:
@@ -258,7 +321,10 @@ def judge_runs(first: Path, second: Path, config: RubricConfig) -> dict[str, Any
     every pair's scores and the order it was shown in."""
     pairs, unmatched = paired_rows(load_rows(first), load_rows(second))
     records = judge_pairs(
-        sample_pairs(pairs, config.per_set, config.seed), make_judge(config), config.seed
+        sample_pairs(pairs, config.per_set, config.seed),
+        make_judge(config),
+        config.seed,
+        config.shown,
     )
     by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
@@ -267,6 +333,7 @@ def judge_runs(first: Path, second: Path, config: RubricConfig) -> dict[str, Any
         "a": str(first),
         "b": str(second),
         "judge": config.kind,
+        "shown": config.shown,
         "pairs": len(records),
         "unmatched": unmatched,
         "overall": _tally(records),

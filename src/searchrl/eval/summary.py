@@ -1,4 +1,5 @@
-"""Aggregates of an evaluation's per-sample rows, each mean with a bootstrap interval: per set,
+"""Aggregates of an evaluation's per-sample rows, each mean with an interval (Wilson for the 0/1
+metrics EM and SubEM, percentile bootstrap for the others; `eval.stats` says why): per set,
 overall, the papers' "Avg." (mean over sets), general vs multi-hop, by hop count and by the
 number of searches a trajectory made (seed 000 "Missing Experiments" 1: does search behaviour
 follow difficulty?)."""
@@ -10,10 +11,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from searchrl.data.benchmarks import BENCHMARKS
-from searchrl.eval.stats import macro_mean_ci, mean_ci
+from searchrl.eval.stats import (
+    Estimate,
+    macro_mean_ci,
+    macro_proportion_ci,
+    mean_ci,
+    proportion_ci,
+)
 
 METRICS = ("em", "f1", "subem", "searches", "turns", "tokens", "latency")
 """Per-sample numbers every aggregate reports."""
+
+PROPORTIONS = frozenset({"em", "subem"})
+"""Metrics that are 0 or 1 per question: their intervals are Wilson score intervals."""
 
 _CATEGORY = {b.name: b.category for b in BENCHMARKS}
 
@@ -50,8 +60,14 @@ class Aggregator:
         out: dict[str, Any] = {"n": len(rows)}
         for metric in METRICS:
             values = [float(r.get(metric) or 0.0) for r in rows]
-            out[metric] = mean_ci(values, self.resamples, self.confidence, self.seed).to_json()
+            out[metric] = self.estimate(metric, values).to_json()
         return out
+
+    def estimate(self, metric: str, values: Sequence[float]) -> Estimate:
+        """Mean and interval of one metric's per-question values."""
+        if metric in PROPORTIONS:
+            return proportion_ci(values, self.confidence)
+        return mean_ci(values, self.resamples, self.confidence, self.seed)
 
     def grouped(self, rows: Sequence[Row], key: Callable[[Row], Any]) -> dict[str, Any]:
         """`block` per group, groups in sorted order (None-valued keys left out)."""
@@ -70,7 +86,10 @@ class Aggregator:
         out: dict[str, Any] = {"sets": len(by_set)}
         for metric in METRICS:
             groups = [[float(r.get(metric) or 0.0) for r in g] for g in by_set.values()]
-            estimate = macro_mean_ci(groups, self.resamples, self.confidence, self.seed)
+            if metric in PROPORTIONS:
+                estimate = macro_proportion_ci(groups, self.confidence)
+            else:
+                estimate = macro_mean_ci(groups, self.resamples, self.confidence, self.seed)
             out[metric] = estimate.to_json()
         return out
 

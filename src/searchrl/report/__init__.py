@@ -8,21 +8,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from searchrl.config.eval import ReportConfig
+from searchrl.utils.output import atomic_file, check_output
 
 
 def write_report(
-    run_dirs: Sequence[str | Path], out: str | Path, config: ReportConfig | None = None
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    config: ReportConfig | None = None,
+    *,
+    force: bool = False,
 ) -> Path:
     """Write the report of everything found under `run_dirs` (training runs with
-    `metrics.jsonl`, `searchrl eval` folders, at any depth) to `out`; returns its path."""
+    `metrics.jsonl`, `searchrl eval` folders, at any depth) to `out`, whole or not at all;
+    an existing `out` is replaced only with `force` (checked before any work). Returns its
+    path."""
     from searchrl.report.build import build_report
 
     config = config or ReportConfig()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(build_report([Path(d) for d in run_dirs], config), encoding="utf-8")
-    tmp.replace(out)
+    out = check_output(Path(out), force=force)
+    page = build_report([Path(d) for d in run_dirs], config)
+    with atomic_file(out, force=force) as handle:
+        handle.write(page)  # type: ignore[arg-type]
     return out
 
 

@@ -11,6 +11,7 @@ from searchrl.report.collect import discover, trajectory_records
 from searchrl.report.page import (
     comparison_section,
     evaluation_block,
+    grid_section,
     render_page,
     runs_section,
     viewer_section,
@@ -23,6 +24,7 @@ def build_report(roots: Sequence[Path], config: ReportConfig) -> str:
     evaluations = "".join(evaluation_block(ev) for ev in evals) or "<p>No evaluations.</p>"
     sections = [
         runs_section(runs, training_panels(runs)),
+        grid_section(evals),
         f'<section id="evaluations"><h2>Evaluations</h2>{evaluations}</section>',
         comparison_section(
             evals, method_bars(evals), config.reference_method, config.bootstrap_resamples

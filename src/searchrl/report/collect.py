@@ -59,6 +59,19 @@ class Evaluation:
     label: str
     summary: dict[str, Any]
     rows: list[dict[str, Any]]
+    run: dict[str, Any] = field(default_factory=dict)
+    """`run.json`: method, model, engine, search engine (empty for folders without one)."""
+
+    @property
+    def retriever(self) -> str:
+        """`bm25`, `dense`, `hybrid`, `server`, `none` (a method that never searches) or `?`
+        (a folder written before `run.json` recorded it)."""
+        if "retriever" not in self.run:
+            return "?"
+        found = self.run["retriever"]
+        if found is None:
+            return "none"
+        return str(found.get("kind") or ("server" if "url" in found else "?"))
 
     @property
     def method(self) -> str:
@@ -124,9 +137,10 @@ def discover(roots: Sequence[Path]) -> tuple[list[TrainingRun], list[Evaluation]
             if (folder / "samples.jsonl").is_file():
                 summary_path = folder / "summary.json"
                 summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-                evals.append(
-                    Evaluation(folder, label, summary, read_samples(folder / "samples.jsonl"))
-                )
+                run_path = folder / "run.json"
+                run = json.loads(run_path.read_text()) if run_path.is_file() else {}
+                rows = read_samples(folder / "samples.jsonl")
+                evals.append(Evaluation(folder, label, summary, rows, run))
             if (folder / "metrics.jsonl").is_file():
                 config_path = folder / "config.yaml"
                 config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}

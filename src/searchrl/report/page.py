@@ -18,6 +18,7 @@ from typing import Any
 from searchrl.eval.compare import compare_pairs, paired_rows
 from searchrl.eval.summary import set_order
 from searchrl.report.collect import Evaluation, TrainingRun
+from searchrl.report.grid import HEADERS, grid_rows
 
 METRIC_COLUMNS = (
     ("em", "EM"),
@@ -136,9 +137,11 @@ PAIRED_HEADERS = (
     "A",
     "B",
     "shared questions",
-    "EM A − B [95% CI]",
+    "EM A − B, pooled [95% CI]",
     "A wins / B wins / ties",
     "sign-test p",
+    "Avg. A − B over sets [95% CI]",
+    "sign-flip p (Avg.)",
 )
 
 
@@ -149,15 +152,21 @@ def _paired_rows(evals: Sequence[Evaluation], ref: Evaluation, resamples: int) -
         if ev is ref:
             continue
         pairs, _ = paired_rows(ref.rows, ev.rows)
-        result = compare_pairs(pairs, "em", resamples).get("overall")
+        compared = compare_pairs(pairs, "em", resamples)
+        result = compared.get("overall")
         if result is None:
             continue
-        interval = f"<small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
         counts = f"{result['wins']} / {result['losses']} / {result['ties']}"
-        diff = f"{result['diff']:+.3f} {interval}"
         labels = [esc(ref.label), esc(ev.label), str(result["n"])]
-        rows.append([*labels, diff, counts, f"{result['p_value']:.3g}"])
+        row = [*labels, _diff(result), counts, f"{result['p_value']:.3g}"]
+        average = compared.get("average")  # two or more sets: the papers' Avg.
+        row += [_diff(average), f"{average['p_value']:.3g}"] if average else ["–", "–"]
+        rows.append(row)
     return rows
+
+
+def _diff(result: dict[str, Any]) -> str:
+    return f"{result['diff']:+.3f} <small>[{result['low']:+.3f}, {result['high']:+.3f}]</small>"
 
 
 def comparison_section(
@@ -190,6 +199,30 @@ def comparison_section(
     )
 
 
+def grid_section(evals: Sequence[Evaluation]) -> str:
+    """The papers' Table 2 over every evaluation found: EM per set with its 95% interval, the
+    "Avg." over sets, general vs multi-hop, the world, searches per question."""
+    rows = grid_rows(evals)
+    if not rows:
+        return ""
+    columns = [c for c in HEADERS if any(c in r.cells for r in rows)]
+    body = []
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.cells.get(column)
+            cells.append(esc(value) if isinstance(value, str) else fmt_estimate(value))
+        body.append([esc(row.method), esc(row.retriever), *cells])
+    headers = ["method", "retriever", *(HEADERS[c] for c in columns)]
+    note = (
+        "<p>EM with its 95% interval (Wilson) per set; Avg. is the unweighted mean over the "
+        "sets (the papers' column); general = NQ, TriviaQA, PopQA; multi-hop = the rest; world "
+        "= the synthetic world's test split, 1-hop vs 2-4 hops.</p>"
+    )
+    table = _table(headers, body, "grid-table")
+    return f'<section id="grid"><h2>Table 2 grid</h2>{note}{table}</section>'
+
+
 def viewer_section(records: Sequence[dict[str, Any]]) -> str:
     """Filters, the list and the detail pane; the viewer script fills them from the JSON."""
     data = json.dumps(list(records), ensure_ascii=False).replace("</", "<\\/")
@@ -218,6 +251,7 @@ def render_page(sections: Sequence[str], sources: Sequence[str]) -> str:
     listed = ", ".join(f"<code>{esc(s)}</code>" for s in sources)
     links = (
         ("training", "training"),
+        ("grid", "Table 2 grid"),
         ("evaluations", "evaluations"),
         ("comparison", "comparison"),
         ("viewer", "trajectories"),

@@ -53,6 +53,7 @@ from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
 from searchrl.train.sft import (
+    baseline_examples,
     labelled_references,
     meta_accuracy,
     meta_sft_examples,
@@ -345,12 +346,16 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
     env = build_environment(config.data, out_dir)
     policy, tokenizer = load_policy(config.model, config.policy)
     use_chat = config.rollout.use_chat_template
-    if config.source == "references":
+    if config.source in ("references", "direct", "rag"):
         refs = solved_references(env.references(config.data.train_split))
         random.Random(config.seed).shuffle(refs)
-        examples = [
-            reference_trajectory(r, tokenizer, use_chat) for r in refs[: config.max_examples]
-        ]
+        refs = refs[: config.max_examples]  # the same questions whatever the format
+        if config.source == "references":
+            examples = [reference_trajectory(r, tokenizer, use_chat) for r in refs]
+        else:
+            examples = baseline_examples(
+                refs, config.source, tokenizer, use_chat, env.retriever, config.rollout.topk
+            )
     else:
         backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)

@@ -6,6 +6,12 @@ segment on its own), exactly the way the rollout engine appends them, so the SFT
 the token boundaries it will meet in RL. Env tokens (retrieved passages) are masked out of the
 loss as in RL: the model learns to write queries and answers, not to recite passages.
 
+The Direct and RAG baselines get the same training budget (`source=direct|rag`): the same
+solved references, turned into (question → `<answer> X </answer>`) and (question + its top-k
+passages → `<answer> X </answer>`) in exactly the prompts `searchrl eval --method direct-ft |
+rag-ft` shows, so a comparison with the search policy is one of methods, not of who learned
+the answer format.
+
 Search-R2 warm start (`meta_examples`): world references, clean (label 0) or corrupted at a known
 step k (`data.world.corrupt`), rendered as Meta-Refiner prompts whose target is the label, join
 the Actor's references; the `meta` answer tokens are trained on like policy tokens.
@@ -28,6 +34,7 @@ from torch import nn
 
 from searchrl.algo.losses import aggregate, token_mean_weights, training_mask
 from searchrl.config.train import SFTConfig
+from searchrl.data.templates import direct_prompt, rag_prompt, render_chat
 from searchrl.data.world import Reference
 from searchrl.data.world.corrupt import corrupt
 from searchrl.refiner.labelled import label_accuracy, meta_example
@@ -81,6 +88,58 @@ def reference_trajectory(
         traj.segments[-1].token_ids.append(tok.eos_id)
         traj.stats.policy_tokens += 1
     return traj
+
+
+def answer_trajectory(
+    uid: str, question: str, golden: Sequence[str], text: str, answer: str,
+    tokenizer: object, use_chat_template: bool,
+) -> Trajectory:  # fmt: skip
+    """A one-turn example: prompt `text` (in the chat template when asked) → `<answer> X
+    </answer>` and EOS, built the way `eval.methods.start_trajectory` builds the prompt."""
+    tok = TokenizerLike(tokenizer)
+    prompt = render_chat(tokenizer, text) if use_chat_template else text  # type: ignore[arg-type]
+    traj = Trajectory(
+        id=uid,
+        question=question,
+        golden_answers=list(golden),
+        prompt=prompt,
+        prompt_ids=encode_prompt(tokenizer, prompt, use_chat_template),
+        uid=uid,
+        answer=answer,
+    )
+    reply = f"<answer> {answer} </answer>"
+    ids = tok.encode(reply) + ([tok.eos_id] if tok.eos_id is not None else [])
+    traj.append("policy", reply, ids)
+    return traj
+
+
+def baseline_examples(
+    references: Sequence[Reference],
+    source: str,
+    tokenizer: object,
+    use_chat_template: bool,
+    retriever: Retriever | None,
+    topk: int,
+) -> list[Trajectory]:
+    """The Direct (`source="direct"`) or RAG (`"rag"`) baseline's fine-tuning examples from
+    reference transcripts: their question and answer in the baseline's own prompt; RAG's
+    passages are the top-k for the question, one batched search."""
+    if source == "rag":
+        if retriever is None:
+            raise ValueError("source=rag needs a retriever for the passages")
+        hits = retriever.search([r.question for r in references], topk)
+        texts = [
+            rag_prompt(r.question, [h.document.contents for h in found[:topk]])
+            for r, found in zip(references, hits, strict=True)
+        ]
+    else:
+        texts = [direct_prompt(r.question) for r in references]
+    return [
+        answer_trajectory(
+            r.id, r.question, r.golden_answers, text, r.answer, tokenizer, use_chat_template
+        )
+        for r, text in zip(references, texts, strict=True)
+    ]
 
 
 def solved_references(references: Sequence[Reference]) -> list[Reference]:

@@ -19,10 +19,19 @@ from rollout_fakes import DictRetriever, ScriptedBackend
 from searchrl.config.eval import EvalConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
-from searchrl.eval.harness import EvalError, Resources, _run_record, evaluate, load_sets
+from searchrl.eval.harness import (
+    EvalError,
+    Resources,
+    _run_record,
+    engine_identity,
+    evaluate,
+    retriever_identity,
+)
+from searchrl.eval.sets import load_sets
 from searchrl.eval.store import SampleStore, StoreError
 from searchrl.models.loading import Policy
 from searchrl.retrieval.base import RetrievalError
+from searchrl.retrieval.index import build_index
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[2] / "src"
@@ -90,9 +99,9 @@ def test_a_folder_refuses_another_configuration(tokenizer, tmp_path) -> None:
     evaluate(config(), questions(2), tmp_path, counting.resources())
     with pytest.raises(EvalError, match="method"):
         evaluate(config(method="cot"), questions(2), tmp_path, counting.resources())
-    bf16 = config(model=ModelConfig(generation_dtype="bfloat16"))
+    other = config(model=ModelConfig(name_or_path="HuggingFaceTB/SmolLM2-360M-Instruct"))
     with pytest.raises(EvalError, match="model"):
-        evaluate(bf16, questions(2), tmp_path, counting.resources())
+        evaluate(other, questions(2), tmp_path, counting.resources())
 
 
 class FlakyRetriever(DictRetriever):
@@ -201,3 +210,109 @@ def test_search_r2_runs_record_the_refiner_settings() -> None:
     assert _run_record(r2)["refiner"]["margin"] == 0.0
     sharper = replace(r2, refiner=RefinerConfig(margin=1.0))
     assert _run_record(sharper) != _run_record(r2)  # a folder never mixes two τ
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _index(tmp_path: Path, name: str, rows: int) -> Path:
+    corpus = tmp_path / f"{name}.jsonl"
+    docs = [
+        {"id": f"d{i}", "contents": f'"T{i}"\nPassage {i} about topic {i}.'} for i in range(rows)
+    ]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return build_index("bm25", corpus, tmp_path / name)
+
+
+def test_run_json_records_the_search_engine_and_a_rerun_with_another_is_refused(
+    tokenizer, tmp_path
+) -> None:
+    first, second = _index(tmp_path, "one", 4), _index(tmp_path, "two", 3)
+    counting = Counting(tokenizer, DictRetriever([]))
+    out = tmp_path / "eval"
+    cfg = config(method="rag", batch_size=8)
+    resources = replace(counting.resources(), retriever=retriever_identity(first, None))
+    evaluate(cfg, questions(3), out, resources)
+    run = json.loads((out / "run.json").read_text())
+    assert run["retriever"]["index"] == str(first.resolve()) and run["retriever"]["kind"] == "bm25"
+    assert (
+        run["retriever"]["corpus"]["rows"] == 4 and len(run["retriever"]["corpus"]["sha256"]) == 64
+    )
+    assert run["engine"]["backend"] in ("hf", "ct2")  # resolved, never "auto"
+    assert run["loaded_engine"] == "ScriptedBackend"
+    before = snapshot(out)
+    for other in (retriever_identity(second, None), retriever_identity(None, "http://x/retrieve")):
+        with pytest.raises(EvalError, match=r"\(retriever\).*use another --out"):
+            evaluate(cfg, questions(5), out, replace(resources, retriever=other))
+        assert snapshot(out) == before  # refused before anything was written
+    assert counting.loads == 1
+    again = evaluate(cfg, questions(5), out, resources)  # the same engine completes the rest
+    assert again["n"] == 5
+
+
+def test_the_engine_auto_resolves_to_is_recorded_and_must_match(
+    tokenizer, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cpu(bf16_measures_fast: bool) -> None:
+        monkeypatch.setattr("searchrl.eval.harness.fast_bf16", lambda device: bf16_measures_fast)
+
+    cpu(True)
+    native = {"backend": "hf", "device": "cpu", "weights": "float32", "generation": "bfloat16"}
+    assert engine_identity(ModelConfig()) == native
+    counting = Counting(tokenizer)
+    evaluate(config(), questions(2), tmp_path, counting.resources())
+    cpu(False)  # the same command where bf16 measures slower than fp32
+    assert engine_identity(ModelConfig())["generation"] == "float32"
+    with pytest.raises(EvalError, match="engine: hf/cpu/float32/bfloat16 there, hf/cpu/float32/fl"):
+        evaluate(config(), questions(4), tmp_path, counting.resources())
+    pinned = config(model=ModelConfig(generation_dtype="bfloat16"))  # what made the folder
+    assert evaluate(pinned, questions(4), tmp_path, counting.resources())["n"] == 4
+    ct2 = {"backend": "ct2", "compute_type": "int8"}
+    assert engine_identity(ModelConfig(backend="ct2")) == ct2
+
+
+def test_a_folder_refuses_rows_of_another_engine_class(tokenizer, tmp_path) -> None:
+    counting = Counting(tokenizer)
+    evaluate(config(), questions(2), tmp_path, counting.resources())
+    counting.policy = Policy(SlowBackend(tokenizer, 0.0), tokenizer, None)  # e.g. a ct2 fallback
+    with pytest.raises(EvalError, match="generated with ScriptedBackend, but SlowBackend"):
+        evaluate(config(), questions(4), tmp_path, counting.resources())
+    assert len(rows(tmp_path)) == 2
+
+
+def test_a_folder_refuses_other_questions_under_the_same_ids(tokenizer, tmp_path) -> None:
+    counting = Counting(tokenizer)
+    evaluate(config(), questions(2), tmp_path, counting.resources())
+    other = [replace(q, question=q.question + " in another world") for q in questions(2)]
+    with pytest.raises(EvalError, match="another question under id 'toy:0'"):
+        evaluate(config(), other, tmp_path, counting.resources())
+
+
+def _flashrag(root: Path, name: str, splits: dict[str, int]) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    for split, n in splits.items():
+        lines = [json.dumps({"id": f"{split}_{i}", "question": f"{name} {split} {i}?",
+                             "golden_answers": ["a"]}) for i in range(n)]  # fmt: skip
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_flashrag_roots_load_the_evaluated_split_never_train(tmp_path) -> None:
+    root = tmp_path / "flashrag"
+    _flashrag(root, "nq", {"train": 5, "dev": 3, "test": 4})
+    _flashrag(root, "hotpotqa", {"train": 5, "dev": 3})  # FlashRAG evaluates HotpotQA on dev
+    _flashrag(root, "mine", {"train": 2, "validation": 2})
+    loaded = load_sets([str(root)], limit=0)
+    assert {q.source for q in loaded} == {"nq", "hotpotqa", "mine"}
+    assert {q.uid.split(":")[1].split("_")[0] for q in loaded if q.source == "nq"} == {"test"}
+    assert all(q.uid.startswith("hotpotqa:dev_") for q in loaded if q.source == "hotpotqa")
+    assert all("validation" in q.uid for q in loaded if q.source == "mine")
+    assert not [q for q in loaded if "train" in q.uid]
+    one = load_sets([str(root / "nq")], limit=2)  # one set's folder
+    assert [q.uid for q in one] == ["nq:test_0", "nq:test_1"]
+    _flashrag(root, "trainonly", {"train": 3})
+    with pytest.raises(ValueError, match="train questions are never evaluated"):
+        load_sets([str(root / "trainonly")], limit=0)

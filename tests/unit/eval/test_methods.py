@@ -12,9 +12,9 @@ from searchrl.config.eval import EvalConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.data.templates import cot_prompt, direct_prompt, r1_prompt, search_r1_prompt
 from searchrl.eval.methods import Context, RecordingRetriever
-from searchrl.eval.prompts import REASON_IN_DOCUMENTS_TEMPLATE
+from searchrl.eval.prompts import IRCOT_DEMONSTRATIONS, REASON_IN_DOCUMENTS_TEMPLATE
 from searchrl.eval.registry import METHODS, method
-from searchrl.types import Question, Trajectory
+from searchrl.types import Document, Hit, Question, Trajectory
 
 FRANCE = Question("q1", "What is the capital of France", ("Paris",))
 EIFFEL = Question("q2", "Where was the designer of the Eiffel Tower born?", ("Dijon",))
@@ -174,3 +174,41 @@ def test_search_r2_needs_the_weights(tokenizer, docs) -> None:
     context = ctx(tokenizer, Searcher(), DictRetriever(docs))
     with pytest.raises(ValueError, match="weights"):
         method("search-r2").run([EIFFEL], context)
+
+
+def test_registry_holds_the_fine_tuned_baselines() -> None:
+    for name, searches in (("direct-ft", False), ("rag-ft", True)):
+        assert method(name).trained and method(name).retrieval == searches
+
+
+class Scripted:
+    """A search engine returning a fixed list of passages per query."""
+
+    def __init__(self, answers: dict[str, list[str]]):
+        self.answers = answers
+
+    def search(self, queries, k):
+        return [
+            [Hit(Document(f"{q}-{i}", text), 1.0) for i, text in enumerate(self.answers[q][:k])]
+            for q in queries
+        ]
+
+
+def test_ircot_is_few_shot_and_its_demonstrations_look_like_its_runs(tokenizer) -> None:
+    demo = IRCOT_DEMONSTRATIONS[0]
+    (first_docs, first_line), (second_docs, second_line) = demo.steps
+    lines = iter([first_line + "\n", second_line + "\n"])
+    retriever = Scripted({demo.question: list(first_docs), first_line: list(second_docs)})
+    question = Question("d", demo.question, ("July 21, 1899",))
+    (out,) = method("ircot").run([question], ctx(tokenizer, lambda c: next(lines), retriever))
+    traj = out.trajectory
+    assert traj.answer == "July 21, 1899" and traj.metrics["em"] == 1.0
+    # the run, written out, is the demonstration: same layout, same passage format
+    assert f"Question: {demo.question}?\n" + traj.response_text == demo.render()
+    assert len(IRCOT_DEMONSTRATIONS) >= 2
+    for example in IRCOT_DEMONSTRATIONS:
+        assert example.render() in traj.prompt  # every demonstration precedes the question
+        assert "So the answer is: " in example.steps[-1][1]
+    assert traj.prompt.index(IRCOT_DEMONSTRATIONS[-1].render()) < traj.prompt.index(
+        f"Question: {demo.question}?\n", len(traj.prompt) - 200
+    )

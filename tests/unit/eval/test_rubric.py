@@ -22,6 +22,7 @@ from searchrl.eval.rubric import (
     judge_runs,
     non_redundancy,
     parse_scores,
+    parse_single,
 )
 from searchrl.utils.chat_client import ChatClient, JudgeError
 
@@ -72,12 +73,20 @@ class FirstShownWins:
 def test_pair_order_is_randomised_and_mapped_back() -> None:
     pairs = [(traj_row(f"a{i}", "x", {}, []), traj_row(f"b{i}", "x", {}, [])) for i in range(200)]
     judge = FirstShownWins()
-    records = judge_pairs(pairs, judge, seed=0)
+    records = judge_pairs(pairs, judge, seed=0, shown="pair")
     shown_a_first = judge.orders.count("a")
     assert 70 < shown_a_first < 130  # both orders occur, about half each
     wins = sum(r["a"]["coherence"] > r["b"]["coherence"] for r in records)
     assert wins == shown_a_first  # A wins exactly when it was shown first: mapping is right
     assert all(r["order"] == ("AB" if r["a"]["coherence"] == 2 else "BA") for r in records)
+
+
+def test_parse_single() -> None:
+    scores = parse_single('Here: {"note": 1} {"coherence": 2, "query_timing": 0} bye')
+    assert scores["coherence"] == 2 and scores["query_timing"] == 0
+    assert scores["information_density"] is None
+    with pytest.raises(ValueError):
+        parse_single('{"verdict": "fine"}')
 
 
 def test_parse_scores() -> None:
@@ -92,7 +101,8 @@ def test_parse_scores() -> None:
 
 class _Judge(BaseHTTPRequestHandler):
     """An OpenAI-compatible endpoint that gives 2 on every dimension to the trajectory saying
-    GOOD and 1 to the other, wherever it is shown; 'garbage' for trajectories saying GARBLE."""
+    GOOD and 1 to the other, wherever it is shown; 'garbage' for trajectories saying GARBLE.
+    A prompt with one trajectory gets one score map, a prompt with A and B gets both."""
 
     requests: ClassVar[list[dict]] = []
 
@@ -100,10 +110,14 @@ class _Judge(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append(body)
         prompt = body["messages"][-1]["content"]
-        a_text = prompt.split("Trajectory A:")[1].split("Trajectory B:")[0]
         if "GARBLE" in prompt:
             content = "I refuse to use JSON."
+        elif "Trajectory A:" not in prompt:
+            content = "Scores: " + json.dumps(
+                dict.fromkeys(DIMENSIONS, 2 if "GOOD" in prompt else 1)
+            )
         else:
+            a_text = prompt.split("Trajectory A:")[1].split("Trajectory B:")[0]
             good, other = dict.fromkeys(DIMENSIONS, 2), dict.fromkeys(DIMENSIONS, 1)
             content = json.dumps({"A": good, "B": other} if "GOOD" in a_text
                                  else {"A": other, "B": good})  # fmt: skip
@@ -135,12 +149,31 @@ def write_run(folder: Path, rows: list[dict]) -> Path:
     return folder
 
 
-def test_llm_judge_over_http_counts_wins_losses_and_ties(endpoint, tmp_path) -> None:
+def test_llm_judge_reads_each_trajectory_on_its_own(endpoint, tmp_path) -> None:
     good = [traj_row(f"q{i}", "x", {}, [], text="GOOD reasoning") for i in range(20)]
     plain = [traj_row(f"q{i}", "x", {}, [], text="plain reasoning") for i in range(20)]
     a = write_run(tmp_path / "a", good)
     b = write_run(tmp_path / "b", plain)
     config = RubricConfig(kind="llm", url=endpoint, model="judge", per_set=0, retries=0)
+    result = judge_runs(a, b, config)
+    assert result["pairs"] == 20 and len(_Judge.requests) == 40  # one request per trajectory
+    for request in _Judge.requests:
+        prompt = request["messages"][-1]["content"]
+        assert prompt.count("Trajectory:") == 1 and "Trajectory A" not in prompt
+        assert ("GOOD" in prompt) != ("plain" in prompt)  # never both methods in one prompt
+    assert {r["order"] for r in result["records"]} == {"single"} and result["shown"] == "single"
+    for dim in DIMENSIONS:
+        assert result["overall"][dim] == {"wins": 20, "losses": 0, "ties": 0, "unscored": 0}
+
+
+def test_llm_judge_in_pair_mode_counts_wins_losses_and_ties(endpoint, tmp_path) -> None:
+    good = [traj_row(f"q{i}", "x", {}, [], text="GOOD reasoning") for i in range(20)]
+    plain = [traj_row(f"q{i}", "x", {}, [], text="plain reasoning") for i in range(20)]
+    a = write_run(tmp_path / "a", good)
+    b = write_run(tmp_path / "b", plain)
+    config = RubricConfig(
+        kind="llm", url=endpoint, model="judge", per_set=0, retries=0, shown="pair"
+    )
     result = judge_runs(a, b, config)
     assert result["pairs"] == 20 and len(_Judge.requests) == 20
     assert _Judge.requests[0]["model"] == "judge" and _Judge.requests[0]["temperature"] == 0.0
@@ -158,6 +191,8 @@ def test_llm_judge_leaves_unparsable_replies_unscored(endpoint) -> None:
     a, b = judge.score_pair(traj_row("q", "x", {}, [], "GARBLE"), traj_row("q", "x", {}, []))
     assert set(a.values()) == {None} and set(b.values()) == {None}
     assert len(_Judge.requests) == 2  # retried once
+    assert set(judge.score(traj_row("q", "x", {}, [], "GARBLE")).values()) == {None}
+    assert len(_Judge.requests) == 4
 
 
 def test_client_reports_an_unreachable_endpoint() -> None:

@@ -1,0 +1,52 @@
+"""`searchrl demo`'s happy path, shrunk to seconds: a tiny random model stands in for the
+embedded one, a 60-entity world, 4 SFT examples, one GRPO step. Every output the README
+promises is written, and a rerun reuses the finished stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from searchrl.cli import app
+from searchrl.models.loading import tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _overrides(model: Path) -> list[str]:
+    world = ["world.num_entities=60", "world.train_questions=20", "world.dev_questions=4",
+             "world.test_questions=6"]  # fmt: skip
+    sft = [f"sft.model.name_or_path={model}", "sft.max_examples=4", "sft.batch_size=2",
+           "sft.micro_batch_size=1", "sft.policy.autocast=fp32"]  # fmt: skip
+    rl = [f"rl.model.name_or_path={model}", "rl.steps=1", "rl.batch_size=2", "rl.n_samples=2",
+          "rl.mini_batch_size=2", "rl.micro_batch_size=2", "rl.data.eval_size=6",
+          "rl.rollout.max_turns=1", "rl.rollout.max_response_tokens=8",
+          "rl.policy.autocast=fp32", "rl.logging.progress=false"]  # fmt: skip
+    return world + sft + rl
+
+
+@pytest.mark.slow
+def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_path: Path) -> None:
+    model = tmp_path / "tiny"
+    tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), *_overrides(model)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output + repr(first.exception)
+    assert "RL gain" in first.output and "wall time" in first.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 6 and {"em_before", "em_after", "gain", "em_by_hops"} <= set(summary)
+    assert sum(row["n"] for row in summary["em_by_hops"].values()) == 6
+    assert summary["gain"]["wins"] + summary["gain"]["losses"] + summary["gain"]["ties"] == 6
+    for path in ("report.html", "curves.png", "grpo/model/config.json", "sft/model/config.json",
+                 "world/manifest.json", "grpo/trajectories/eval_step_0.jsonl"):  # fmt: skip
+        assert (out / path).is_file(), path
+    sft_summary = (out / "sft" / "summary.json").stat().st_mtime_ns
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output + repr(second.exception)
+    assert (out / "sft" / "summary.json").stat().st_mtime_ns == sft_summary  # SFT reused
+    assert json.loads((out / "summary.json").read_text())["n"] == 6
