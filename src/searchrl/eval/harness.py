@@ -28,6 +28,7 @@ from searchrl.eval.methods import Context, Outcome, RecordingRetriever
 from searchrl.eval.registry import MethodSpec, method
 from searchrl.eval.store import SampleStore
 from searchrl.eval.summary import summarize
+from searchrl.reward.metrics import answer_metrics
 from searchrl.types import Question
 from searchrl.utils.errors import SearchRLError
 from searchrl.utils.progress import progress_bar
@@ -126,7 +127,7 @@ def sample_row(
     """One line of `samples.jsonl`."""
     traj = outcome.trajectory
     seen = {d for call in traj.searches for d in call.doc_ids}
-    return {
+    row = {
         "id": question.uid,
         "set": question.source,
         "method": spec.name,
@@ -145,6 +146,12 @@ def sample_row(
         "documents": {d: documents[d] for d in sorted(seen) if d in documents},
         "trajectory": traj.to_json(),
     }
+    if traj.refinement is not None:  # search-r2: the Actor's own answer, before the refiner
+        actor = answer_metrics(traj.refinement.original_answer, question.golden_answers)
+        row.update({f"actor_{k}": actor.get(k, 0.0) for k in ("em", "f1", "subem")})
+        row["actor_prediction"] = traj.refinement.original_answer
+        row["revised"] = traj.refinement.revised
+    return row
 
 
 def evaluate(

@@ -6,9 +6,9 @@ segment on its own), exactly the way the rollout engine appends them, so the SFT
 the token boundaries it will meet in RL. Env tokens (retrieved passages) are masked out of the
 loss as in RL: the model learns to write queries and answers, not to recite passages.
 
-Search-R2 warm start (`meta_examples`): world references, clean (label 0) or corrupted at a known
-step k (`data.world.corrupt`), rendered as Meta-Refiner prompts whose target is the label, join
-the Actor's references; the `meta` answer tokens are trained on like policy tokens.
+Search-R2 warm start: Meta-Refiner examples (`meta` answer tokens trained on like policy
+tokens) come from `train.meta_sft`; `run_sft` takes per-example loss weights so a 2-token meta
+answer can weigh like a whole reference.
 
 Departure from the paper: Search-R1 starts RL from a base model without any warm start; a
 135M model never emits the tags on its own (SPEC: EM 0.00), so here SFT on the world's
@@ -28,10 +28,6 @@ from torch import nn
 from searchrl.algo.losses import aggregate, token_mean_weights, training_mask
 from searchrl.config.train import SFTConfig
 from searchrl.data.world import Reference
-from searchrl.data.world.corrupt import corrupt
-from searchrl.refiner.labelled import label_accuracy, meta_example
-from searchrl.refiner.refiner import MetaRefiner
-from searchrl.retrieval.base import Retriever
 from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device
@@ -86,57 +82,6 @@ def solved_references(references: Sequence[Reference]) -> list[Reference]:
     return [r for r in references if r.em >= 1.0]
 
 
-def labelled_references(
-    references: Sequence[Reference],
-    n: int,
-    clean_share: float,
-    seed: int,
-    retriever: Retriever | None,
-) -> list[tuple[Reference, int]]:
-    """`n` (reference, earliest flawed step) pairs from solved references: a `clean_share`
-    of them clean (label 0), the others corrupted at a known step (seeded)."""
-    rng = random.Random(seed)
-    pool = solved_references(references)
-    order = list(pool)
-    rng.shuffle(order)
-    out: list[tuple[Reference, int]] = []
-    n_clean = round(n * clean_share)
-    for ref in order:
-        if len(out) >= n:
-            break
-        if len(out) < n_clean:
-            out.append((ref, 0))
-            continue
-        flawed = corrupt(ref, pool, rng, retriever)
-        if flawed is not None:
-            out.append(flawed)
-    rng.shuffle(out)
-    return out
-
-
-def meta_sft_examples(
-    labelled: Sequence[tuple[Reference, int]], tokenizer: object, use_chat_template: bool
-) -> list[Trajectory]:
-    """Meta-Refiner SFT examples: the meta prompt of each transcript → its label."""
-    return [
-        meta_example(tokenizer, reference_trajectory(ref, tokenizer, use_chat_template), label)
-        for ref, label in labelled
-    ]
-
-
-def meta_accuracy(
-    refiner: MetaRefiner,
-    labelled: Sequence[tuple[Reference, int]],
-    tokenizer: object,
-    use_chat_template: bool,
-) -> dict[str, float]:
-    """Discriminator accuracy and trimmer exact-step accuracy of `refiner` (its margin) on
-    labelled transcripts (held out from its warm start)."""
-    trajs = [reference_trajectory(ref, tokenizer, use_chat_template) for ref, _ in labelled]
-    readings = refiner.read(trajs)
-    return label_accuracy(readings, [label for _, label in labelled], refiner.config.margin)
-
-
 def rejection_sample(
     rollout: Callable[..., list[Trajectory]],
     questions: Sequence[Question],
@@ -183,9 +128,12 @@ def run_sft(
     config: SFTConfig,
     bf16: bool,
     log: LogFn | None = None,
+    example_weights: Sequence[float] | None = None,
 ) -> list[dict[str, float]]:
     """Train `policy` in place on the trained tokens of `trajectories`; returns per-step stats
-    (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`)."""
+    (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`). With
+    `example_weights`, example i's tokens count `example_weights[i]` times in the batch's
+    token mean (1 each: the plain token mean)."""
     if not trajectories:
         raise ValueError("no trajectories to fine-tune on")
     device = next(policy.parameters()).device
@@ -200,6 +148,8 @@ def run_sft(
         picked = sorted(take(config.batch_size), key=lambda i: -_length(trajectories[i]))
         batch = collate([trajectories[i] for i in picked], pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, config.mask_env)
+        if example_weights is not None:
+            mask = mask * torch.tensor([float(example_weights[i]) for i in picked])[:, None]
         weights = token_mean_weights(mask)  # [B, R]
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
