@@ -138,7 +138,7 @@ def _diagnostics(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[
 
     lines = ["Training diagnostics, mean over steps and seeds (ΔJ = A_prec + V_inter·S_trim; "
              "S_trim against the trimmer's batch-average cut):", "",
-             "| arm | " + " | ".join(k.split("/")[-1] for k in DIAGNOSTICS) + " |",
+             "| arm | " + " | ".join(k.removeprefix("refiner/") for k in DIAGNOSTICS) + " |",
              "|---|" + "---|" * len(DIAGNOSTICS)]  # fmt: skip
     for arm in arms:
         if arm.startswith("r1_"):

@@ -89,7 +89,8 @@ def label_accuracy(
 
     - `roc_auc`: ROC-AUC of the discriminator's score (log-odds less the content-free prior
       when calibrated), threshold-free; `roc_auc_raw` of the raw log-odds;
-    - at τ = `margin`: accuracy, recall on the flawed, specificity on the clean, revision rate;
+    - at τ = `margin`: accuracy, recall on the flawed, specificity on the clean, revision rate
+      (`revision_rate_raw`: the rate on the raw log-odds, without the prior);
     - `tau_for_flawed_share`: the τ at which the refiner would revise as many transcripts as
       are flawed (a calibration for RL);
     - `trimmer_exact_step`: argmax cut == label on the flawed ones, next to what always
@@ -117,6 +118,7 @@ def label_accuracy(
         "meta/discriminator_recall": share(sum(r.revise(margin) for r, _ in flawed), len(flawed)),
         "meta/discriminator_specificity": share(sum(not r.revise(margin) for r in clean), n_clean),
         "meta/revision_rate": share(sum(revised), len(pairs)),
+        "meta/revision_rate_raw": share(sum(r.log_odds > margin for r, _ in pairs), len(pairs)),
         "meta/tau_for_flawed_share": threshold,
         "meta/score_mean": sum(r.score for r, _ in pairs) / len(pairs) if pairs else math.nan,
         "meta/trimmer_exact_step": share(sum(r.cut(None) == y for r, y in flawed), len(flawed)),

@@ -18,6 +18,7 @@ own rollouts show it its own mistakes, which are what it reads in RL.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -138,15 +139,15 @@ def warm_start_meta(
     actor: list[Trajectory],
     train: Callable[[list[Trajectory], list[float], SFTConfig, str], None],
     out_dir: Path | None = None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], list[tuple[Trajectory, int]]]:
     """Phases 1 and 2 and the report (module docstring). `actor` are the Actor's SFT
     examples (none: phase 1 is skipped, the policy is an Actor already);
     `train(examples, weights, config, prefix)` runs one SFT phase and logs it under
     `prefix`. The own rollouts go to `out_dir/trajectories/meta_{train,held_out}.jsonl`, each
-    with its oracle label as `metrics["flaw_step"]`. Returns the report (`meta/*` on held-out
-    own rollouts, `meta/synthetic/*` on held-out corrupted references, counts)."""
+    with its oracle label as `metrics["flaw_step"]`. Returns counts (`meta/*`) and the
+    held-out own rollouts with their labels, for `meta_report`."""
     chat = config.rollout.use_chat_template
-    train_split, eval_split = config.data.train_split, config.data.eval_split
+    train_split = config.data.train_split
     labelled = labelled_references(
         env.references(train_split), env.questions(train_split), config.meta_examples,
         config.meta_clean_share, config.seed, env.retriever,
@@ -175,7 +176,7 @@ def warm_start_meta(
         random.Random(config.seed).shuffle(phase)
         meta_config = replace(config, epochs=config.meta_epochs, lr=config.meta_lr)
         train(phase, [1.0] * len(phase), meta_config, "meta_sft")
-    report = {
+    counts = {
         "meta/synthetic_examples": float(len(synthetic)),
         "meta/rollout_examples": float(len(kept)),
         "meta/rollouts": float(len(own_train)),
@@ -183,19 +184,49 @@ def warm_start_meta(
         "meta/rollouts_em": sum(t.metrics.get("em", 0.0) for t, _ in own_train)
         / max(len(own_train), 1),
     }
+    return counts, held_out
+
+
+def meta_report(
+    config: SFTConfig,
+    env: Environment,
+    policy: nn.Module,
+    tokenizer: object,
+    held_out: Sequence[tuple[Trajectory, int]],
+    out_dir: Path | None = None,
+) -> dict[str, float]:
+    """How the warm-started refiner (τ = 0, default calibration) reads the held-out own
+    rollouts (`meta/*`) and as many held-out corrupted references (`meta/synthetic/*`); every
+    reading (label, answer log-probs, prior) goes to `out_dir/meta_readings.jsonl`."""
+    chat = config.rollout.use_chat_template
+    eval_split = config.data.eval_split
+    report: dict[str, float] = {}
     refiner = MetaRefiner(
         policy, tokenizer, None, env.retriever, config.rollout, RefinerConfig(),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
     )  # fmt: skip
-    if held_out:
-        trajs = [t for t, _ in held_out]
-        report.update(label_accuracy(refiner.read(trajs), [y for _, y in held_out], 0.0))
     synthetic_held = labelled_references(
         env.references(eval_split), env.questions(eval_split), config.meta_eval_size,
         config.meta_clean_share, config.seed + 1, env.retriever,
     )  # fmt: skip
-    if synthetic_held:
-        trajs = [reference_trajectory(r, tokenizer, chat) for r, _ in synthetic_held]
-        found = label_accuracy(refiner.read(trajs), [y for _, y in synthetic_held], 0.0)
-        report.update({k.replace("meta/", "meta/synthetic/"): v for k, v in found.items()})
+    sets = {
+        "meta/": ([t for t, _ in held_out], [y for _, y in held_out]),
+        "meta/synthetic/": (
+            [reference_trajectory(r, tokenizer, chat) for r, _ in synthetic_held],
+            [y for _, y in synthetic_held],
+        ),
+    }
+    lines = []
+    for prefix, (trajs, labels) in sets.items():
+        if not trajs:
+            continue
+        readings = refiner.read(trajs)
+        found = label_accuracy(readings, labels, 0.0)
+        report.update({k.replace("meta/", prefix): v for k, v in found.items()})
+        for traj, label, r in zip(trajs, labels, readings, strict=True):
+            if r is not None:
+                row = {"set": prefix, "id": traj.id, "label": label, "prior": r.prior}
+                lines.append(json.dumps({**row, "logprobs": r.logprobs}))
+    if out_dir is not None:
+        (out_dir / "meta_readings.jsonl").write_text("".join(x + "\n" for x in lines))
     return report

@@ -47,7 +47,7 @@ from searchrl.train.environment import (
     make_rollout_fn,
 )
 from searchrl.train.loop import Distributed, Trainer
-from searchrl.train.meta_sft import warm_start_meta
+from searchrl.train.meta_sft import meta_report, warm_start_meta
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.sft import (
@@ -310,12 +310,18 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         done += total
 
     result: dict[str, float] = {}
-    if config.meta_examples > 0 or config.meta_rollouts > 0:
-        result = warm_start_meta(config, env, policy, tokenizer, examples, train_phase, out_dir)
+    meta = config.meta_examples > 0 or config.meta_rollouts > 0
+    held_out: list[tuple[Trajectory, int]] = []
+    if meta:
+        result, held_out = warm_start_meta(
+            config, env, policy, tokenizer, examples, train_phase, out_dir
+        )
     else:
         train_phase(examples, [1.0] * len(examples), config, "sft")
     writer.close()
     export_model(policy, tokenizer, out_dir / "model")
+    if meta:
+        result.update(meta_report(config, env, policy, tokenizer, held_out, out_dir))
     actor = [h for h in history if "sft/loss" in h]
     result = {**(actor[-1] if actor else {}), "sft/examples": float(len(examples)), **result}
     (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
