@@ -117,6 +117,9 @@ class MetaDecision:
     """log P(revise) − log P(no revision), with P(revise) = Σ_{k=1..T} P(answer k)."""
     answer_logprobs: list[float] = field(default_factory=list)
     """log P(answer k) for k = 0..T under the meta prompt."""
+    prior: float = 0.0
+    """Log-odds of the content-free meta prompt with the same T (`refiner.calibration`; 0
+    uncalibrated): the discriminator compares `log_odds − prior` with τ."""
 
 
 @dataclass
@@ -131,7 +134,8 @@ class Refinement:
     cut_step: int
     prefix_segments: int
     log_odds: float = 0.0
-    """The first decision's log-odds of revising."""
+    """The first decision's log-odds of revising, less its prior when calibrated (the number
+    τ was compared with)."""
     revisions: int = 0
     """Cut-and-regenerate rounds applied (≤ `refiner.max_revisions`)."""
     decisions: list[MetaDecision] = field(default_factory=list)

@@ -80,15 +80,26 @@ def test_search_r2_preset_runs_one_step(tiny_model_dir: Path, tmp_path: Path) ->
 def test_sft_with_meta_examples_reports_refiner_accuracy(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
+    """The Search-R2 warm start end to end: the Actor's references, then a meta phase on
+    corrupted references and the model's own oracle-labelled rollouts, then the report on
+    held-out rollouts and held-out corrupted references."""
     args = [
         "sft", "--config", "tiny_cpu_sft", "--out", str(tmp_path),
         f"model.name_or_path={tiny_model_dir}", "max_examples=4", "meta_examples=6",
-        "meta_eval_size=4", "data.world.num_entities=60", "data.world.train_questions=20",
-        "data.world.dev_questions=4", "data.world.test_questions=6", "policy.autocast=fp32",
+        "meta_rollouts=6", "meta_eval_size=4", "data.world.num_entities=60",
+        "data.world.train_questions=20", "data.world.dev_questions=4",
+        "data.world.test_questions=6", "policy.autocast=fp32", "rollout.max_turns=2",
+        "rollout.max_response_tokens=12",
     ]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["sft/examples"] == 10.0 and summary["meta/labelled"] == 4.0
-    for key in ("meta/discriminator_accuracy", "meta/trimmer_exact_step"):
-        assert 0.0 <= summary[key] <= 1.0
+    assert summary["sft/examples"] == 4.0 and summary["meta/synthetic_examples"] == 6.0
+    assert summary["meta/rollouts"] == 6.0 and summary["meta/labelled"] == 4.0
+    assert summary["meta/synthetic/labelled"] == 4.0
+    for key in ("meta/discriminator_accuracy", "meta/synthetic/trimmer_exact_step"):
+        assert 0.0 <= summary[key] <= 1.0 or summary[key] != summary[key]  # NaN: no flawed one
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any("sft/loss" in r for r in rows)
+    meta_steps = [r["step"] for r in rows if "meta_sft/loss" in r]
+    assert meta_steps and min(meta_steps) > max(r["step"] for r in rows if "sft/loss" in r)

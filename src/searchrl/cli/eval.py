@@ -147,6 +147,14 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
     )
     console = Console()
     console.print(table)
+    if "actor" in summary:
+        actor, gain = summary["actor"], summary["actor"]["refinement_gain_em"]
+        console.print(
+            f"Actor alone, refiner off (the paper's number): EM {_fmt(actor['em'])}; with "
+            f"test-time refinement: EM {summary['overall']['em']['mean']:.3f}, "
+            f"gain {gain['diff']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}], "
+            f"{actor['revised']:.0%} revised"
+        )
     if summary["missing"]:
         console.print(
             f"[yellow]{summary['missing']} questions have no result (retrieval "

@@ -273,7 +273,7 @@ def show_refinement(console: Console, traj: Trajectory) -> None:
     console.print(
         Text(
             f"meta-refiner: answered {first.cut_step} of 0..{first.steps} "
-            f"(log-odds of revising {first.log_odds:+.2f}) → {verdict}",
+            f"(log-odds of revising {first.log_odds - first.prior:+.2f}) → {verdict}",
             style="bold magenta",
         )
     )

@@ -40,6 +40,13 @@ class RefinerConfig:
     searches returned nothing new (no passage, or only passages an earlier search returned).
     The rule reads no gold answer, so it is fair at evaluation too."""
 
+    calibration: Literal["none", "content_free"] = "content_free"
+    """What τ is compared with: `none`, the raw log-odds (the paper); `content_free`, the
+    log-odds less those of a content-free meta prompt with the same step count T (every text
+    "N/A"). Raw log-odds sum T candidates, so a discriminator that knows nothing has
+    log-odds ≈ log T and revises more the longer the trajectory; the content-free prompt
+    measures that prior, whatever it has become after training, and removes it."""
+
     trimmer: Literal["model", "random"] = "model"
     """Where to cut: `model` (π_h over the valid steps, the paper) or `random`, a uniformly
     random step 1..T (seeded; the random-cut baseline)."""
@@ -52,8 +59,10 @@ class RefinerConfig:
     estimate J_trim for the selection precision A_prec; 0 turns the probe off."""
 
     random_cut_probe: bool = True
-    """Also regenerate every trimmed trajectory from a uniformly random cut (not trained on),
-    for the trimming skill S_trim = R(chosen cut) − R(random cut)."""
+    """Also regenerate every trimmed trajectory from a baseline cut (not trained on), for the
+    trimming skill S_trim = R(chosen cut) − R(baseline cut). The baseline cut is drawn from
+    the trimmer's batch-average cut distribution (the paper's Σ_k E[π_h(k)]·E[G_k]), so a
+    trimmer that always cuts late is not credited with skill."""
 
     def validate(self) -> None:
         """Joint optimization trains the refiner's decisions, so it needs the refiner on."""

@@ -319,8 +319,9 @@ class SFTConfig:
     `direct` / `rag`: the same references as (question → answer) / (question + top-k passages
     → answer) in the Direct / RAG prompts, for the fine-tuned baselines `direct-ft` /
     `rag-ft` of `searchrl eval`."""
-    max_examples: PositiveInt = 300
-    """Trajectories used (the first N after shuffling)."""
+    max_examples: NonNegativeInt = 300
+    """Trajectories used (the first N after shuffling); 0 skips the Actor's phase, for a
+    Meta-Refiner warm start on top of an Actor already fine-tuned (`policy.init_checkpoint`)."""
     epochs: PositiveFloat = 0.65
     """Passes over the examples (fractional: stop part-way through the last one)."""
     batch_size: PositiveInt = 8
@@ -341,17 +342,43 @@ class SFTConfig:
     """Rejection sampling: trajectories sampled per question (the paper: five)."""
     meta_examples: NonNegativeInt = 0
     """Search-R2 warm start: this many world-labelled Meta-Refiner examples (meta prompt →
-    the earliest flawed step) join the reference trajectories; 0 = Actor SFT only."""
+    the earliest flawed step): solved train references, clean or corrupted at a step drawn
+    uniformly from 1..T (`data.world.corrupt`); 0 = none."""
     meta_clean_share: Fraction = 0.5
     """Share of those examples that are clean references (label 0); the rest are references
     corrupted at a known step."""
+    meta_schedule: Literal["mixed", "phase"] = "phase"
+    """`mixed`: the meta examples join the Actor's references in one run (weighted by
+    `meta_weight`); `phase`: the Actor's references first, then a meta phase on the meta
+    examples (and the labelled own rollouts) alone."""
+    meta_weight: Literal["token", "sequence"] = "sequence"
+    """Mixed runs: `token`, a meta example's 2 answer tokens weigh like any token (~1% of the
+    gradient next to references of 100–150 trained tokens); `sequence`, the example weighs
+    as much as an average reference (its tokens multiplied by the ratio of trained tokens)."""
+    meta_rollouts: NonNegativeInt = 0
+    """Trajectories the Actor rolls out on train questions after its references (rollout
+    temperature), labelled by the world's oracle (earliest step whose search missed its hop,
+    or the answer step), balanced clean/flawed, trained on in the meta phase."""
+    meta_epochs: PositiveFloat = 1.0
+    """Passes over the meta phase's examples."""
+    meta_lr: PositiveFloat = 5e-5
+    """Peak learning rate of the meta phase."""
     meta_eval_size: NonNegativeInt = 40
-    """With meta examples: labelled transcripts of `data.eval_split` on which the warm-started
-    refiner's discriminator and trimmer accuracy are reported (`summary.json`)."""
+    """With meta examples or rollouts: held-out questions (`data.eval_split`) the Actor rolls
+    out once each, labelled by the oracle and never trained on, and as many held-out
+    corrupted references; the final refiner's ROC-AUC, accuracy and trimmer exact step on
+    them go to `summary.json` (`meta/*`, `meta/synthetic/*`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+    def validate(self) -> None:
+        """Something must be trained."""
+        if self.max_examples == 0 and self.meta_examples == 0 and self.meta_rollouts == 0:
+            raise ConfigError(
+                "max_examples: 0 trains no Actor examples; give meta_examples or meta_rollouts"
+            )
 
 
 def _demo_sft() -> SFTConfig:

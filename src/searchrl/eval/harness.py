@@ -38,6 +38,7 @@ from searchrl.eval.summary import summarize
 from searchrl.models.loading import resolve_backend, resolve_device, resolve_dtype
 from searchrl.models.precision import fast_bf16
 from searchrl.retrieval.manifest import read_manifest
+from searchrl.reward.metrics import answer_metrics
 from searchrl.types import Question
 from searchrl.utils.errors import SearchRLError
 from searchrl.utils.progress import progress_bar
@@ -194,7 +195,7 @@ def sample_row(
     """One line of `samples.jsonl`."""
     traj = outcome.trajectory
     seen = {d for call in traj.searches for d in call.doc_ids}
-    return {
+    row = {
         "id": question.uid,
         "set": question.source,
         "method": spec.name,
@@ -213,6 +214,12 @@ def sample_row(
         "documents": {d: documents[d] for d in sorted(seen) if d in documents},
         "trajectory": traj.to_json(),
     }
+    if traj.refinement is not None:  # search-r2: the Actor's own answer, before the refiner
+        actor = answer_metrics(traj.refinement.original_answer, question.golden_answers)
+        row.update({f"actor_{k}": actor.get(k, 0.0) for k in ("em", "f1", "subem")})
+        row["actor_prediction"] = traj.refinement.original_answer
+        row["revised"] = traj.refinement.revised
+    return row
 
 
 def _check_questions(out: Path, questions: Sequence[Question], done: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from searchrl.eval.stats import (
     macro_mean_ci,
     macro_proportion_ci,
     mean_ci,
+    paired_test,
     proportion_ci,
 )
 
@@ -107,7 +108,7 @@ def summarize(
     agg = Aggregator(resamples, confidence, seed)
     sets = sorted({r["set"] for r in rows}, key=set_order)
     by_set = agg.grouped(rows, lambda r: r["set"])
-    return {
+    out = {
         "n": len(rows),
         "confidence": confidence,
         "overall": agg.block(rows),
@@ -117,6 +118,25 @@ def summarize(
         "by_hops": agg.grouped(rows, lambda r: r.get("hops")),
         "by_searches": agg.grouped(rows, search_bucket),
     }
+    if rows and all("actor_em" in r for r in rows):
+        out["actor"] = refiner_off(rows, agg)
+    return out
+
+
+def refiner_off(rows: Sequence[Row], agg: Aggregator) -> dict[str, Any]:
+    """Search-R2 rows: the trained Actor's own greedy answers, before the Meta-Refiner (the
+    number the paper reports: it validates the Actor without the refiner), and the paired
+    gain of test-time refinement over them."""
+    out: dict[str, Any] = {"n": len(rows)}
+    for metric in ("em", "f1", "subem"):
+        values = [float(r[f"actor_{metric}"]) for r in rows]
+        out[metric] = mean_ci(values, agg.resamples, agg.confidence, agg.seed).to_json()
+    out["revised"] = sum(bool(r.get("revised")) for r in rows) / len(rows)
+    refined = [float(r["em"]) for r in rows]
+    actor = [float(r["actor_em"]) for r in rows]
+    gain = paired_test(refined, actor, agg.resamples, agg.confidence, agg.seed)
+    out["refinement_gain_em"] = gain.to_json()
+    return out
 
 
 def set_order(name: str) -> tuple[int, str]:

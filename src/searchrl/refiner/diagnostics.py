@@ -3,17 +3,22 @@ Decomposition") measured on every step's scored trajectories:
 
     ΔJ = A_prec + V_inter · S_trim,  A_prec = Cov(α(y), R(y) − J_trim(y)).
 
-- V_inter (`refiner/revision_rate`): share of trajectories revised; `refiner/accept_rate` is
-  the share accepted at the first reading.
+- V_inter (`refiner/v_inter`): 1 − Z_acc, the share of read trajectories rejected at their
+  first reading; `refiner/accept_rate` is Z_acc, `refiner/revision_rate` the share of all
+  trajectories that ended revised.
 - A_prec (`refiner/a_prec`): α = 1 for accepted, 0 for revised trajectories; J_trim(y) is one
-  sample of the reward after trimming y: the final trajectory for revised ones, the J_trim
+  sample of the reward after trimming y once: the first trim's regeneration for revised ones
+  (not the final trajectory, which under N_max > 1 may have been trimmed again), the J_trim
   probe for the probed accepted ones, which stand for all accepted ones (importance weight
   accepted / probed).
 - S_trim (`refiner/s_trim`): mean R(regenerated from the trimmer's cut) − R(regenerated from a
-  uniformly random cut with the same seed), over every trajectory trimmed in the first round.
-  Where the paper's S_trim counts rejected trajectories only, the probes add accepted ones:
-  the trimmer's skill does not depend on who was rejected, and a small batch then still
-  measures it.
+  baseline cut with the same seed), over every trajectory trimmed in the first round. The
+  baseline cut is drawn from the trimmer's batch-average cut distribution, so the mean
+  estimates Σ_k E[π_h(k)·G_k] − Σ_k E[π_h(k)]·E[G_k] = Σ_k Cov(π_h(k), G_k), the paper's
+  S_trim: cutting where the trimmer usually cuts earns nothing, only cutting where *this*
+  trajectory went wrong does. Where the paper's S_trim counts rejected trajectories only, the
+  probes add accepted ones: the trimmer's skill does not depend on who was rejected, and a
+  small batch then still measures it.
 - `refiner/revision_{wrong_to_right,right_to_wrong,unchanged}`: counts of revised
   trajectories by exact match before → after.
 A round whose probes were skipped (`RefineOutcome.probes_ran`, dynamic sampling's top-up
@@ -76,7 +81,7 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
                 if not out.probes_ran:
                     continue
                 alpha.append(0.0)
-                gap.append(_score(orig) - _score(final))
+                gap.append(_score(orig) - _score(out.trims.get(i, final)))
                 weights.append(1.0)
             elif i in out.probed:
                 alpha.append(1.0)
@@ -88,6 +93,7 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
     metrics = {
         "refiner/revision_rate": revised / max(n, 1),
         "refiner/accept_rate": accepted / max(read, 1),
+        "refiner/v_inter": 1.0 - accepted / read if read else 0.0,
         "refiner/revisions_per_trajectory": revisions / max(n, 1),
         "refiner/log_odds_mean": sum(log_odds) / max(len(log_odds), 1),
         "refiner/a_prec": weighted_cov(alpha, gap, weights),

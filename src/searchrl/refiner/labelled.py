@@ -1,18 +1,64 @@
-"""Trajectories whose earliest flawed step is known (world references, clean = 0, corrupted at
-step k = k): supervised Meta-Refiner examples for the warm start, and the refiner's accuracy.
+"""Trajectories whose earliest flawed step is known: supervised Meta-Refiner examples for the
+warm start, and the refiner's accuracy against the labels.
 
-A 135M model does not follow the meta prompt zero-shot, as it did not follow the search prompt;
-the warm start teaches the answer format and a first notion of a flaw, RL refines it.
+Labels come from the synthetic world, two ways: references corrupted at a known step
+(`data.world.corrupt`, clean = 0), and the model's own rollouts read by the world's oracle
+(`oracle_flaw`: the earliest step whose search missed the passages of the hop it needed, or
+the answer step when only the answer is wrong). A 135M model does not follow the meta prompt
+zero-shot, as it did not follow the search prompt; the warm start teaches the answer format
+and what a flaw looks like in the model's own transcripts, RL refines it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+from scipy.stats import mannwhitneyu
 
 from searchrl.refiner.meta import Reading
 from searchrl.refiner.scoring import candidate_ids
 from searchrl.refiner.steps import meta_prompt, split_steps
+from searchrl.rollout.parse import parse_action
 from searchrl.types import Trajectory
+
+
+def oracle_flaw(traj: Trajectory, support: Sequence[Sequence[str]]) -> int:
+    """The earliest flawed step of a finished world trajectory (0: none), by the world's
+    oracle. `support[h]` lists the passages stating hop h's fact (a world question's
+    `metadata["support"]`). The searches are read as the chain's hops in order, so step i's
+    search (all before it sound) is sound iff it brings a passage of hop i; an answer step is
+    sound iff the answer is right. The first step that is not
+    sound is the flaw: a search that missed its hop (wrong entity, wrong keyword, a repeat, a
+    search after the last hop), an invalid action, a wrong answer after sound searches. A
+    trajectory that never answers is flawed at its last step if nothing earlier was.
+
+    Unlike the oracle judge's "useful" (a collection with a hop no earlier one covered), a
+    search that finds its hop's passage again is sound here: the scripted solver's clean
+    transcripts do that whenever an earlier search happened to bring the next hop along."""
+    steps = split_steps(traj.segments)
+    calls = {call.turn: call for call in traj.searches}
+    for index, step in enumerate(steps, start=1):
+        kind = parse_action(step.policy.text).kind
+        if kind == "answer":
+            return 0 if traj.metrics.get("em", 0.0) > 0 else index
+        call = calls.get(index)
+        if kind == "invalid" or call is None or index > len(support):
+            return index
+        if not set(support[index - 1]) & set(call.doc_ids):
+            return index
+    return len(steps)
+
+
+def roc_auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
+    """Area under the ROC curve of `scores` for the `positive` class (ties count half): the
+    probability that a random flawed transcript scores above a random clean one. NaN when one
+    class is missing."""
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
+    if not pos or not neg:
+        return math.nan
+    return float(mannwhitneyu(pos, neg).statistic) / (len(pos) * len(neg))
 
 
 def meta_example(tokenizer: object, traj: Trajectory, label: int) -> Trajectory:
@@ -39,27 +85,43 @@ def meta_example(tokenizer: object, traj: Trajectory, label: int) -> Trajectory:
 def label_accuracy(
     readings: Sequence[Reading | None], labels: Sequence[int], margin: float
 ) -> dict[str, float]:
-    """Discriminator accuracy (revise iff label > 0) at threshold `margin`, its recall on the
-    flawed and specificity on the clean ones, and the trimmer's exact-step accuracy (argmax
-    cut == label) on the flawed ones."""
-    right = flawed_hit = clean_hit = exact = flawed = clean = 0
-    for reading, label in zip(readings, labels, strict=True):
-        if reading is None:
-            continue
-        revise = reading.revise(margin)
-        right += revise == (label > 0)
-        if label > 0:
-            flawed += 1
-            flawed_hit += revise
-            exact += reading.cut(None) == label
-        else:
-            clean += 1
-            clean_hit += not revise
-    total = flawed + clean
+    """How the refiner's readings agree with the labels (label > 0 = flawed):
+
+    - `roc_auc`: ROC-AUC of the discriminator's score (log-odds less the content-free prior
+      when calibrated), threshold-free; `roc_auc_raw` of the raw log-odds;
+    - at τ = `margin`: accuracy, recall on the flawed, specificity on the clean, revision rate
+      (`revision_rate_raw`: the rate on the raw log-odds, without the prior);
+    - `tau_for_flawed_share`: the τ at which the refiner would revise as many transcripts as
+      are flawed (a calibration for RL);
+    - `trimmer_exact_step`: argmax cut == label on the flawed ones, next to what always
+      cutting at the first or at the last step would score."""
+    pairs = [(r, y) for r, y in zip(readings, labels, strict=True) if r is not None]
+    flawed = [(r, y) for r, y in pairs if y > 0]
+    clean = [r for r, y in pairs if y == 0]
+    revised = [r.revise(margin) for r, _ in pairs]
+    scores = sorted(r.score for r, _ in pairs)
+    n_clean = len(clean)
+    threshold = scores[n_clean - 1] if 0 < n_clean <= len(scores) else math.nan
+    positive = [y > 0 for _, y in pairs]
+
+    def share(hits: int, total: int) -> float:
+        return hits / total if total else math.nan
+
     return {
-        "meta/discriminator_accuracy": right / max(total, 1),
-        "meta/discriminator_recall": flawed_hit / max(flawed, 1),
-        "meta/discriminator_specificity": clean_hit / max(clean, 1),
-        "meta/trimmer_exact_step": exact / max(flawed, 1),
-        "meta/labelled": float(total),
+        "meta/labelled": float(len(pairs)),
+        "meta/flawed_share": share(len(flawed), len(pairs)),
+        "meta/roc_auc": roc_auc([r.score for r, _ in pairs], positive),
+        "meta/roc_auc_raw": roc_auc([r.log_odds for r, _ in pairs], positive),
+        "meta/discriminator_accuracy": share(
+            sum(v == p for v, p in zip(revised, positive, strict=True)), len(pairs)
+        ),
+        "meta/discriminator_recall": share(sum(r.revise(margin) for r, _ in flawed), len(flawed)),
+        "meta/discriminator_specificity": share(sum(not r.revise(margin) for r in clean), n_clean),
+        "meta/revision_rate": share(sum(revised), len(pairs)),
+        "meta/revision_rate_raw": share(sum(r.log_odds > margin for r, _ in pairs), len(pairs)),
+        "meta/tau_for_flawed_share": threshold,
+        "meta/score_mean": sum(r.score for r, _ in pairs) / len(pairs) if pairs else math.nan,
+        "meta/trimmer_exact_step": share(sum(r.cut(None) == y for r, y in flawed), len(flawed)),
+        "meta/trimmer_first_step": share(sum(y == 1 for _, y in flawed), len(flawed)),
+        "meta/trimmer_last_step": share(sum(y == r.steps for r, y in flawed), len(flawed)),
     }

@@ -5,6 +5,12 @@ The model reads a trajectory under the meta prompt and could answer 0 (accept) o
 
 - Discriminator: revise iff log P(revise) − log P(no revision) > τ, where P(revise) =
   Σ_{k=1..T} P(k) and P(no revision) = P(0) (seed 001, Appendix E: margin ≥ 0.0).
+- Calibration (not in the paper): a model that knows nothing spreads its mass evenly over the
+  T + 1 answers, so its log-odds are log T and it revises more the longer the trajectory is.
+  With `refiner.calibration: content_free` the log-odds of a content-free meta prompt with
+  the same T (every text replaced by "N/A", Zhao et al. 2021, "Calibrate before use") are
+  subtracted first (`Reading.prior`), so τ = 0 means "more likely flawed than an empty
+  transcript of this length".
 - Trimmer: π_h(k) = P(k) / Σ_{j=1..T} P(j), the answer distribution renormalised over the valid
   steps; argmax at evaluation, a seeded draw in training.
 """
@@ -35,6 +41,8 @@ class Reading:
     """Token ids of the answers 0..T (what a decision segment holds)."""
     logprobs: list[float]
     """log P(answer k | meta prompt), k = 0..T."""
+    prior: float = 0.0
+    """Log-odds of the content-free prompt with the same T (0: uncalibrated)."""
 
     @property
     def steps(self) -> int:
@@ -46,9 +54,14 @@ class Reading:
         """log P(revise) − log P(no revision)."""
         return logsumexp(self.logprobs[1:]) - self.logprobs[0]
 
+    @property
+    def score(self) -> float:
+        """The log-odds the discriminator thresholds: `log_odds` − `prior`."""
+        return self.log_odds - self.prior
+
     def revise(self, margin: float) -> bool:
         """The discriminator's decision at threshold τ = `margin`."""
-        return self.steps > 0 and self.log_odds > margin
+        return self.steps > 0 and self.score > margin
 
     def trimmer(self) -> list[float]:
         """π_h(k) for k = 1..T (sums to 1)."""
@@ -61,9 +74,27 @@ class Reading:
         probs = self.trimmer()
         if rng is None:
             return 1 + max(range(len(probs)), key=lambda i: (probs[i], -i))
-        draw, total = rng.random(), 0.0
-        for k, p in enumerate(probs, start=1):
-            total += p
-            if draw < total:
-                return k
-        return len(probs)
+        return draw_step(probs, rng)
+
+
+def draw_step(probs: Sequence[float], rng: random.Random) -> int:
+    """A step k ∈ 1..len(probs) drawn with probabilities `probs` (they need not sum to 1)."""
+    draw, total = rng.random() * sum(probs), 0.0
+    for k, p in enumerate(probs, start=1):
+        total += p
+        if draw < total:
+            return k
+    return len(probs)
+
+
+def average_cut(distributions: Sequence[Sequence[float]]) -> list[float]:
+    """The batch-average cut distribution π̄(k) = mean over trajectories of π_h(k | y), with
+    π_h(k | y) = 0 beyond y's T. A cut drawn from it (restricted to 1..T) knows where the
+    trimmer tends to cut, but not which trajectory it is cutting: the paper's no-skill
+    baseline Σ_k E[π_h(k)]·E[G_k] for the trimming skill S_trim."""
+    width = max((len(d) for d in distributions), default=0)
+    mean = [0.0] * width
+    for dist in distributions:
+        for k, p in enumerate(dist):
+            mean[k] += p / len(distributions)
+    return mean

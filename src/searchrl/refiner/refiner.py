@@ -16,8 +16,10 @@ Departures, on purpose:
 - For the diagnostics the paper proposes but never measured, two probes run after refining
   (generated, scored, never trained on): a share of the accepted trajectories is trimmed too
   (J_trim for the selection precision A_prec), and every trajectory trimmed in the first round
-  is also regenerated from a uniformly random cut with the same seed (S_trim). Their time is
-  reported apart from the refiner's.
+  is also regenerated, with the same seed, from a baseline cut drawn from the trimmer's
+  batch-average cut distribution (S_trim's no-skill baseline). Their time is reported apart
+  from the refiner's.
+- Discriminator calibration (`refiner.calibration`, see `refiner.meta`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ from torch import nn
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
-from searchrl.refiner.meta import Reading
+from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
-from searchrl.refiner.steps import cut_before, meta_prompt, split_steps
+from searchrl.refiner.steps import (
+    content_free_text,
+    cut_before,
+    meta_prompt,
+    render_meta,
+    split_steps,
+)
 from searchrl.retrieval.base import Retriever
 from searchrl.rollout.loop import run_rollouts
 from searchrl.rollout.sampler import row_seed
@@ -72,7 +80,8 @@ class RefineOutcome:
     """Index → the original regenerated from the trimmer's first-round cut (revised ones, and
     the accepted ones probed for J_trim)."""
     random_cuts: dict[int, Trajectory] = field(default_factory=dict)
-    """Index → the original regenerated from a uniformly random cut, same seed as its trim."""
+    """Index → the original regenerated from a baseline cut (drawn from the batch-average cut
+    distribution), same seed as its trim."""
     probed: list[int] = field(default_factory=list)
     """Indices of accepted trajectories that were trimmed only to estimate J_trim."""
     accepted: int = 0
@@ -116,7 +125,9 @@ class MetaRefiner:
 
     def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
         """Each trajectory's meta prompt and answer log-probs (None for one without a step),
-        all scored in `config.micro_batch_size`-sized forward passes."""
+        all scored in `config.micro_batch_size`-sized forward passes; under
+        `calibration: content_free` the content-free prompt of every step count present is
+        scored in the same passes and its log-odds become the readings' `prior`."""
         prompts, cands, where = [], [], []
         for index, traj in enumerate(trajectories):
             steps = split_steps(traj.segments)
@@ -127,12 +138,24 @@ class MetaRefiner:
         readings: list[Reading | None] = [None] * len(trajectories)
         if not prompts:
             return readings
+        lengths = sorted({len(c) - 1 for c in cands})
+        if self.config.calibration == "content_free":
+            for n_steps in lengths:
+                prompts.append(render_meta(self.tokenizer, content_free_text(n_steps)))
+                cands.append(candidate_ids(self.tokenizer, n_steps))
         scores = candidate_logprobs(
             self.model, [ids for _, ids in prompts], cands, self.pad_id,
             self.config.micro_batch_size,
         )  # fmt: skip
-        for index, (text, ids), cand, logp in zip(where, prompts, cands, scores, strict=True):
-            readings[index] = Reading(text, ids, cand, logp)
+        priors = dict.fromkeys(lengths, 0.0)
+        if self.config.calibration == "content_free":
+            for n_steps, logp in zip(lengths, scores[len(where) :], strict=True):
+                priors[n_steps] = logsumexp(logp[1:]) - logp[0]
+        n = len(where)
+        for index, (text, ids), cand, logp in zip(
+            where, prompts[:n], cands[:n], scores[:n], strict=True
+        ):
+            readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1])
         return readings
 
     def refine(
@@ -208,6 +231,12 @@ class MetaRefiner:
         rng = None if greedy else random.Random(row_seed(seed, traj.id, round_index))
         return reading.cut(rng)
 
+    def cut_distribution(self, reading: Reading) -> list[float]:
+        """π_h(k), k = 1..T, of the configured trimmer (uniform for `random`)."""
+        if self.config.trimmer == "random":
+            return [1.0 / reading.steps] * reading.steps
+        return reading.trimmer()
+
     def _cut(
         self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
     ) -> int:
@@ -227,11 +256,12 @@ class MetaRefiner:
             steps=reading.steps,
             log_odds=reading.log_odds,
             answer_logprobs=list(reading.logprobs),
+            prior=reading.prior,
         )
         assert traj.refinement is not None
         traj.refinement.decisions.append(decision)
         if first:
-            traj.refinement.log_odds = reading.log_odds
+            traj.refinement.log_odds = reading.score
 
     def _regenerate(self, starts: list[Trajectory], seed: int) -> list[Trajectory]:
         """Continue each start with the Actor (one batched rollout, kept ids)."""
@@ -254,7 +284,8 @@ class MetaRefiner:
     def _probe(
         self, outcome: RefineOutcome, readings: dict[int, Reading], seed: int, greedy: bool
     ) -> None:
-        """J_trim probes on a share of the accepted, random-cut twins of every first trim."""
+        """J_trim probes on a share of the accepted, and a baseline-cut twin of every first
+        trim, its cut drawn from the batch-average cut distribution (`average_cut`)."""
         started = time.perf_counter()
         accepted = sorted(i for i, r in readings.items() if i not in outcome.trims)
         picker = random.Random(row_seed(seed, "probe", 0))
@@ -267,8 +298,9 @@ class MetaRefiner:
             k = self.trim(outcome.originals[i], readings[i], seed, 0, greedy)
             jobs.append(("trim", i, cut_before(outcome.originals[i], k)))
         if self.config.random_cut_probe:
+            average = average_cut([self.cut_distribution(r) for r in readings.values()])
             for i in sorted([*outcome.trims, *outcome.probed]):
-                k = picker.randint(1, readings[i].steps)
+                k = draw_step(average[: readings[i].steps], picker)
                 jobs.append(("random", i, cut_before(outcome.originals[i], k)))
         regenerated = self._regenerate([start for _, _, start in jobs], regen_seed)
         for (kind, i, _), traj in zip(jobs, regenerated, strict=True):

@@ -23,6 +23,7 @@ META_INSTRUCTION = (
     "the earliest flawed step. Return a single integer between 0 and {max_steps} where 0 means "
     "all steps are acceptable."
 )
+CONTENT_FREE = "N/A"
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,20 @@ def split_steps(segments: list[Segment]) -> list[Step]:
 
 def meta_text(question: str, steps: list[Step]) -> str:
     """The meta prompt's user message for a trajectory with these steps."""
-    lines = [META_INSTRUCTION.format(max_steps=len(steps)), "", f"USER: {question.strip()}", ""]
-    for i, step in enumerate(steps, start=1):
-        lines += [f"ASSISTANT_STEP_{i}:", step.policy.text.strip()]
-        tool = "".join(s.text for s in step.env).strip()
+    entries = [(s.policy.text.strip(), "".join(e.text for e in s.env).strip()) for s in steps]
+    return _render_meta(question, entries)
+
+
+def content_free_text(n_steps: int) -> str:
+    """The meta prompt of a transcript with `n_steps` steps and no content (every text "N/A"):
+    what the refiner answers to it is its prior for that length (`Reading.prior`)."""
+    return _render_meta(CONTENT_FREE, [(CONTENT_FREE, CONTENT_FREE)] * n_steps)
+
+
+def _render_meta(question: str, entries: list[tuple[str, str]]) -> str:
+    lines = [META_INSTRUCTION.format(max_steps=len(entries)), "", f"USER: {question.strip()}", ""]
+    for i, (policy, tool) in enumerate(entries, start=1):
+        lines += [f"ASSISTANT_STEP_{i}:", policy]
         lines += [f"TOOL_OUTPUT_{i}:", tool or "(none)", ""]
     lines.append("Earliest flawed step (0 if none):")
     return "\n".join(lines)
@@ -61,7 +72,12 @@ def meta_text(question: str, steps: list[Step]) -> str:
 
 def meta_prompt(tokenizer: object, question: str, steps: list[Step]) -> tuple[str, list[int]]:
     """The rendered meta prompt (chat template when the tokenizer has one) and its ids."""
-    text = render_chat(tokenizer, meta_text(question, steps))  # type: ignore[arg-type]
+    return render_meta(tokenizer, meta_text(question, steps))
+
+
+def render_meta(tokenizer: object, user: str) -> tuple[str, list[int]]:
+    """A meta prompt's user message → the rendered prompt and its ids."""
+    text = render_chat(tokenizer, user)  # type: ignore[arg-type]
     chat = bool(getattr(tokenizer, "chat_template", None))
     ids = list(tokenizer.encode(text, add_special_tokens=not chat))  # type: ignore[attr-defined]
     return text, ids

@@ -42,6 +42,7 @@ from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collate import collate
 from searchrl.train.collect import Collector
+from searchrl.train.joint import RowLayout
 from searchrl.train.logprobs import batched_logprobs, batched_values
 from searchrl.train.metrics import (
     StageTimer,
@@ -64,7 +65,6 @@ from searchrl.train.update import (
     MicroLoss,
     UpdateSettings,
     critic_micro_loss,
-    minibatches,
     optimize,
     policy_micro_loss,
 )
@@ -157,6 +157,8 @@ class Trainer:
             whiten=algo.whiten_advantages,
         )
         self.weights = make_loss_weights(algo.loss_agg, loss_norm_tokens(config))
+        self.layout = RowLayout.of(0)
+        """This step's rows: meta rows are weighed inside their trajectory (`train.joint`)."""
         self.kl_loss = (
             None if algo.kl_in_reward or algo.kl_coef == 0 else make_kl(algo.kl_estimator)
         )
@@ -201,6 +203,7 @@ class Trainer:
             stats: dict[str, float] = {}
             if trained:
                 meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])
+                self.layout = RowLayout.of(len(trained), parents)
                 with timer("ref"):
                     exp = self._experience([*trained, *meta])
                 with timer("adv"):
@@ -306,12 +309,12 @@ class Trainer:
             advantages = torch.cat([advantages, meta])
         return dataclasses.replace(exp, advantages=advantages, returns=returns)
 
-    def _groups(self, n_rows: int, epoch: int, salt: int) -> list[list[int]]:
+    def _groups(self, epoch: int, salt: int) -> list[list[int]]:
         cfg = self.config
         generator = torch.Generator().manual_seed(
             ((cfg.seed * 7_919 + self.step_count) * 31 + epoch) * 2 + salt
         )
-        return minibatches(n_rows, max(cfg.batch_size // cfg.mini_batch_size, 1), generator)
+        return self.layout.minibatches(max(cfg.batch_size // cfg.mini_batch_size, 1), generator)
 
     def _update_policy(self, exp: Experience) -> dict[str, float]:
         loss = policy_micro_loss(self.model, exp, self.settings, self.kl_loss)
@@ -341,15 +344,13 @@ class Trainer:
         salt: int,
     ) -> dict[str, float]:
         """`ppo_epochs` passes over seeded mini-batches of the experience."""
-        n = exp.batch.input_ids.shape[0]
         stats: dict[str, float] = {}
         for epoch in range(self.config.ppo_epochs):
             stats = optimize(
                 trainable(module),
                 optimizer,
-                self._groups(n, epoch, salt),
-                self.weights,
-                exp.mask,
+                self._groups(epoch, salt),
+                self.layout.weighting(self.weights, exp.mask),
                 self.settings.micro_batch_size,
                 self.settings.grad_clip,
                 loss,

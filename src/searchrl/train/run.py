@@ -30,7 +30,6 @@ from rich.progress import (
 
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
-from searchrl.config.refiner import RefinerConfig
 from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner import MetaRefiner
@@ -41,7 +40,6 @@ from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.environment import (
-    Environment,
     build_environment,
     export_model,
     load_policy,
@@ -49,14 +47,12 @@ from searchrl.train.environment import (
     make_rollout_fn,
 )
 from searchrl.train.loop import Distributed, Trainer
+from searchrl.train.meta_sft import meta_report, warm_start_meta
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
 from searchrl.train.sft import (
     baseline_examples,
-    labelled_references,
-    meta_accuracy,
-    meta_sft_examples,
     reference_trajectory,
     rejection_sample,
     run_sft,
@@ -321,21 +317,6 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     return metrics
 
 
-def _meta_accuracy(
-    config: SFTConfig, env: Environment, policy: torch.nn.Module, tokenizer: object
-) -> dict[str, float]:
-    """The warm-started refiner on held-out labelled transcripts (default margin τ = 0)."""
-    held_out = labelled_references(
-        env.references(config.data.eval_split), config.meta_eval_size,
-        config.meta_clean_share, config.seed + 1, env.retriever,
-    )  # fmt: skip
-    pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
-    refiner = MetaRefiner(
-        policy, tokenizer, None, env.retriever, config.rollout, RefinerConfig(), pad_id
-    )
-    return meta_accuracy(refiner, held_out, tokenizer, config.rollout.use_chat_template)
-
-
 def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, float]:
     """Warm start (or baseline): SFT on reference or rejection-sampled trajectories; writes
     `DIR/model`, `DIR/metrics.jsonl` and `DIR/config.yaml`. Returns the last step's stats
@@ -361,33 +342,46 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
-    if config.meta_examples > 0:
-        labelled = labelled_references(
-            env.references(config.data.train_split), config.meta_examples,
-            config.meta_clean_share, config.seed, env.retriever,
-        )  # fmt: skip
-        examples += meta_sft_examples(labelled, tokenizer, use_chat)
     writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     bf16 = use_bf16(config.policy.autocast, policy)
-    total = sft_step_count(len(examples), config)
-    with progress_bar(progress, total, 0, "SFT") as bar:
+    done = 0
+    history: list[dict[str, float]] = []
 
-        def log(step: int, stats: dict[str, float]) -> None:
-            writer.write(step, stats)
-            if bar is not None:
-                speed = f"{stats['sft/tokens_per_s']:.0f} tokens/s"
-                bar.update(
-                    bar.task_ids[0],
-                    completed=step,
-                    description=f"loss={stats['sft/loss']:.3f} · {speed}",
-                )
+    def train_phase(
+        examples: list[Trajectory], weights: list[float], phase: SFTConfig, prefix: str
+    ) -> None:
+        nonlocal done
+        total = sft_step_count(len(examples), phase)
+        label = "SFT" if prefix == "sft" else "meta SFT"
+        with progress_bar(progress, total, 0, label) as bar:
 
-        history = run_sft(policy, examples, pad_id, config, bf16, log)
+            def log(step: int, stats: dict[str, float]) -> None:
+                named = {k.replace("sft/", f"{prefix}/"): v for k, v in stats.items()}
+                writer.write(done + step, named)
+                history.append(named)
+                if bar is not None:
+                    loss, speed = stats["sft/loss"], stats["sft/tokens_per_s"]
+                    description = f"loss={loss:.3f} · {speed:.0f} tokens/s"
+                    bar.update(bar.task_ids[0], completed=step, description=description)
+
+            run_sft(policy, examples, pad_id, phase, bf16, log, weights)
+        done += total
+
+    result: dict[str, float] = {}
+    meta = config.meta_examples > 0 or config.meta_rollouts > 0
+    held_out: list[tuple[Trajectory, int]] = []
+    if meta:
+        result, held_out = warm_start_meta(
+            config, env, policy, tokenizer, examples, train_phase, out_dir
+        )
+    else:
+        train_phase(examples, [1.0] * len(examples), config, "sft")
     writer.close()
     export_model(policy, tokenizer, out_dir / "model")
-    result = {**history[-1], "sft/examples": float(len(examples))}
-    if config.meta_examples > 0 and config.meta_eval_size > 0:
-        result.update(_meta_accuracy(config, env, policy, tokenizer))
+    if meta:
+        result.update(meta_report(config, env, policy, tokenizer, held_out, out_dir))
+    actor = [h for h in history if "sft/loss" in h]
+    result = {**(actor[-1] if actor else {}), "sft/examples": float(len(examples)), **result}
     (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

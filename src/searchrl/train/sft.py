@@ -12,9 +12,9 @@ passages → `<answer> X </answer>`) in exactly the prompts `searchrl eval --met
 rag-ft` shows, so a comparison with the search policy is one of methods, not of who learned
 the answer format.
 
-Search-R2 warm start (`meta_examples`): world references, clean (label 0) or corrupted at a known
-step k (`data.world.corrupt`), rendered as Meta-Refiner prompts whose target is the label, join
-the Actor's references; the `meta` answer tokens are trained on like policy tokens.
+Search-R2 warm start: Meta-Refiner examples (`meta` answer tokens trained on like policy
+tokens) come from `train.meta_sft`; `run_sft` takes per-example loss weights so a 2-token meta
+answer can weigh like a whole reference.
 
 Departure from the paper: Search-R1 starts RL from a base model without any warm start; a
 135M model never emits the tags on its own (SPEC: EM 0.00), so here SFT on the world's
@@ -36,9 +36,6 @@ from searchrl.algo.losses import aggregate, token_mean_weights, training_mask
 from searchrl.config.train import SFTConfig
 from searchrl.data.templates import direct_prompt, rag_prompt, render_chat
 from searchrl.data.world import Reference
-from searchrl.data.world.corrupt import corrupt
-from searchrl.refiner.labelled import label_accuracy, meta_example
-from searchrl.refiner.refiner import MetaRefiner
 from searchrl.retrieval.base import Retriever
 from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
@@ -145,57 +142,6 @@ def baseline_examples(
 def solved_references(references: Sequence[Reference]) -> list[Reference]:
     """Only transcripts whose answer is right: SFT must not imitate the solver's failures."""
     return [r for r in references if r.em >= 1.0]
-
-
-def labelled_references(
-    references: Sequence[Reference],
-    n: int,
-    clean_share: float,
-    seed: int,
-    retriever: Retriever | None,
-) -> list[tuple[Reference, int]]:
-    """`n` (reference, earliest flawed step) pairs from solved references: a `clean_share`
-    of them clean (label 0), the others corrupted at a known step (seeded)."""
-    rng = random.Random(seed)
-    pool = solved_references(references)
-    order = list(pool)
-    rng.shuffle(order)
-    out: list[tuple[Reference, int]] = []
-    n_clean = round(n * clean_share)
-    for ref in order:
-        if len(out) >= n:
-            break
-        if len(out) < n_clean:
-            out.append((ref, 0))
-            continue
-        flawed = corrupt(ref, pool, rng, retriever)
-        if flawed is not None:
-            out.append(flawed)
-    rng.shuffle(out)
-    return out
-
-
-def meta_sft_examples(
-    labelled: Sequence[tuple[Reference, int]], tokenizer: object, use_chat_template: bool
-) -> list[Trajectory]:
-    """Meta-Refiner SFT examples: the meta prompt of each transcript → its label."""
-    return [
-        meta_example(tokenizer, reference_trajectory(ref, tokenizer, use_chat_template), label)
-        for ref, label in labelled
-    ]
-
-
-def meta_accuracy(
-    refiner: MetaRefiner,
-    labelled: Sequence[tuple[Reference, int]],
-    tokenizer: object,
-    use_chat_template: bool,
-) -> dict[str, float]:
-    """Discriminator accuracy and trimmer exact-step accuracy of `refiner` (its margin) on
-    labelled transcripts (held out from its warm start)."""
-    trajs = [reference_trajectory(ref, tokenizer, use_chat_template) for ref, _ in labelled]
-    readings = refiner.read(trajs)
-    return label_accuracy(readings, [label for _, label in labelled], refiner.config.margin)
 
 
 def rejection_sample(

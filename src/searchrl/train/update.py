@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from searchrl.algo.losses import (
-    KLEstimator,
-    Weighting,
-    aggregate,
-    ppo_clip,
-    value_loss,
-)
+from searchrl.algo.losses import KLEstimator, aggregate, ppo_clip, value_loss
 from searchrl.train.collate import Batch
 from searchrl.train.logprobs import EntropyMode, autocast, forward_logprobs, to_device
 from searchrl.train.packing import micro_batches
@@ -73,8 +67,7 @@ def optimize(
     params: Sequence[nn.Parameter],
     optimizer: torch.optim.Optimizer,
     groups: Sequence[list[int]],
-    weights: Weighting,
-    mask: Tensor,
+    weigh: Callable[[list[int]], Tensor],
     micro_batch_size: int,
     grad_clip: float,
     micro_loss: MicroLoss,
@@ -82,13 +75,15 @@ def optimize(
     lengths: Tensor | None = None,
     micro_batch_tokens: int = 0,
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch; returns stats averaged over mini-batches, plus
+    """One optimizer step per mini-batch; `weigh(rows)` gives the per-token loss weights of a
+    mini-batch's rows [len(rows), R] (the aggregation, e.g. `lambda rows:
+    weights(mask[rows])`). Returns stats averaged over mini-batches, plus
     `<prefix>/grad_norm` and `<prefix>/skipped_updates` (NaN/inf gradients, not applied).
     With `lengths` ([N] tokens per row), micro-batches also hold at most `micro_batch_tokens`
     tokens."""
     totals: dict[str, float] = {}
     for rows in groups:
-        row_weights = weights(mask[rows])  # [m, R]
+        row_weights = weigh(rows)  # [m, R]
         optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
         sizes = [1] * len(rows) if lengths is None else lengths[rows].tolist()

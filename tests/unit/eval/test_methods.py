@@ -3,6 +3,7 @@ prompts, what it retrieves (one batched call per round), what it records."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -212,3 +213,50 @@ def test_ircot_is_few_shot_and_its_demonstrations_look_like_its_runs(tokenizer) 
     assert traj.prompt.index(IRCOT_DEMONSTRATIONS[-1].render()) < traj.prompt.index(
         f"Question: {demo.question}?\n", len(traj.prompt) - 200
     )
+
+
+def test_search_r2_reports_the_actor_without_the_refiner_too(
+    tokenizer, tiny, docs, tmp_path
+) -> None:
+    """The paper validates the trained Actor greedily without the refiner; `search-r2` keeps
+    that number next to the refined one, with the paired gain of test-time refinement."""
+    from searchrl.eval.harness import Resources, evaluate
+    from searchrl.models.loading import Policy
+
+    gold = [Question(f"w:{i}", f"Question {i}?", ("A2",), "w", hops=1) for i in range(4)]
+    config = replace(
+        CONFIG, method="search-r2", progress=False, bootstrap_resamples=200,
+        refiner=RefinerConfig(margin=-100.0, max_revisions=1),
+    )  # fmt: skip
+
+    def resources(script: Searcher) -> Resources:
+        policy = Policy(ScriptedBackend(tokenizer, script), tokenizer, tiny)
+        return Resources(open_retriever=lambda: DictRetriever(docs), load_policy=lambda: policy)
+
+    # one backend for the batch: the Actor answers A1..A4, the regenerations A5..A8 (all wrong)
+    summary = evaluate(config, gold, tmp_path / "wrong", resources(Searcher()))
+    assert summary["actor"]["revised"] == 1.0
+
+    class SecondTry(Searcher):
+        """Per question: wrong at first (A1), right once regenerated (A2)."""
+
+        def __init__(self) -> None:
+            self.seen: set[str] = set()
+
+        def __call__(self, context: str) -> str:
+            if "Doc 1(Title" not in context:
+                return "<think> look it up </think>\n<search> Eiffel Tower </search>"
+            key = context.split("Question ")[-1].split("?")[0]
+            first = key not in self.seen
+            self.seen.add(key)
+            return "<answer> A1 </answer>" if first else "<answer> A2 </answer>"
+
+    script = SecondTry()
+    summary = evaluate(config, gold, tmp_path / "right", resources(script))
+    actor = summary["actor"]
+    assert actor["em"]["mean"] == 0.0 and summary["overall"]["em"]["mean"] == 1.0
+    gain = actor["refinement_gain_em"]
+    assert gain["diff"] == 1.0 and gain["wins"] == 4 and gain["losses"] == 0
+    row = json.loads((tmp_path / "right" / "samples.jsonl").read_text().splitlines()[0])
+    assert row["actor_prediction"] == "A1" and row["prediction"] == "A2"
+    assert row["actor_em"] == 0.0 and row["em"] == 1.0 and row["revised"] is True

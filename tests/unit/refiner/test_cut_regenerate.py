@@ -108,7 +108,8 @@ def test_refine_regenerates_only_the_suffix(
         *tokenizer.encode(str(k), add_special_tokens=False),
         tokenizer.eos_token_id,
     ]
-    assert decision.log_odds == record.log_odds and len(decision.answer_logprobs) == 4
+    assert decision.log_odds - decision.prior == record.log_odds
+    assert len(decision.answer_logprobs) == 4
     assert outcome.originals[0] is traj and outcome.trims[0] is final
     assert Trajectory.from_json(final.to_json()) == final
 
@@ -223,3 +224,39 @@ def test_random_trimmer_is_uniform_and_seeded(
     cuts = [refiner.trim(traj, reading, seed, 0, greedy=True) for seed in range(300)]
     assert set(cuts) == {1, 2, 3} and min(cuts.count(k) for k in (1, 2, 3)) > 60
     assert cuts == [refiner.trim(traj, reading, seed, 0, greedy=True) for seed in range(300)]
+
+
+def test_baseline_cut_follows_the_trimmers_average_distribution(
+    setup: tuple,
+    tiny: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S_trim's baseline is the trimmer's batch-average cut distribution (Σ_k E[π_h(k)]·E[G_k]),
+    not a uniform cut: a trimmer that always cuts at the last step earns no skill for it."""
+    import math
+
+    from searchrl.refiner import refiner as module
+    from searchrl.refiner.meta import Reading
+
+    backend, retriever, traj = setup
+    batch = [Trajectory.from_json({**traj.to_json(), "id": f"t{i}"}) for i in range(24)]
+    config = RefinerConfig(enabled=True, margin=-100.0, probe_share=1.0)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    late = [math.log(p) for p in (0.1, 1e-6, 1e-6, 0.9)]  # "0", then cut at step 3
+
+    def read(trajs):  # type: ignore[no-untyped-def]
+        return [Reading("m", [1], [[k] for k in range(4)], late) for _ in trajs]
+
+    cuts: list[int] = []
+    real_cut = module.cut_before
+
+    def spy(t: Trajectory, step: int) -> Trajectory:
+        cuts.append(step)
+        return real_cut(t, step)
+
+    monkeypatch.setattr(refiner, "read", read)
+    monkeypatch.setattr(module, "cut_before", spy)
+    outcome = refiner.refine(batch, seed=0, greedy=False)
+    assert len(outcome.random_cuts) == 24 and len(cuts) == 48  # trims, then baseline cuts
+    assert set(cuts[:24]) == {3} and set(cuts[24:]) == {3}

@@ -175,3 +175,87 @@ def test_config_rules() -> None:
     with pytest.raises(ConfigError, match=re.escape("refiner.max_revisions: must be at least 1")):
         tiny_config(refiner={"max_revisions": 0})
     assert tiny_config(refiner={"enabled": True, "margin": -1.0}).refiner.margin == -1.0
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_meta_rows_weigh_inside_their_trajectory(
+    monkeypatch: pytest.MonkeyPatch, aggregation: str
+) -> None:
+    """The paper averages a decision's 2 tokens together with its trajectory's (one augmented
+    trajectory): a decision token weighs exactly what a token of its trajectory weighs, and
+    the decisions do not take half the batch from the trajectories."""
+    from searchrl.train import loop
+
+    seen: dict[int, torch.Tensor] = {}
+    original = loop.policy_micro_loss
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        inner = original(*args, **kwargs)
+
+        def loss(micro: list[int], weights: torch.Tensor):  # type: ignore[no-untyped-def]
+            for row, w in zip(micro, weights, strict=True):
+                seen[row] = w.detach().clone()
+            return inner(micro, weights)
+
+        return loss
+
+    monkeypatch.setattr(loop, "policy_micro_loss", spy)
+    config = tiny_config(
+        refiner={"enabled": True, "joint": True},
+        algo={"kl_coef": 0.0, "loss_agg": aggregation},
+    )
+    trainer = Trainer(
+        config, tiny_llama(), None, None, 0, scripted_rollout, em_reward, questions(),
+        refine=fake_refiner([10, 2]),
+    )  # fmt: skip
+    trainer.step()
+    n = len(seen) // 2  # trajectories, then one meta row each (parent = row − n)
+    assert n == 8 and sorted(seen) == list(range(2 * n))
+    for parent in range(n):
+        own, meta = seen[parent], seen[n + parent]
+        assert int((meta > 0).sum()) == 2
+        assert meta[meta > 0].tolist() == pytest.approx([float(own[own > 0][0])] * 2)
+    # two mini-batches, each normalised to 1: the trajectories keep most of it
+    assert sum(float(w.sum()) for w in seen.values()) == pytest.approx(2.0)
+    actor = sum(float(seen[r].sum()) for r in range(n)) / 2
+    assert actor > 0.6  # not halved
+
+
+def test_row_layout_works_for_any_aggregation() -> None:
+    from searchrl.algo.losses import seq_mean_token_mean_weights
+    from searchrl.train.joint import RowLayout
+
+    mask = torch.tensor([[1.0, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 0, 0, 0]])
+    layout = RowLayout.of(2, parents=[0, 1])
+    weights = layout.weighting(seq_mean_token_mean_weights, mask)([0, 1, 2, 3])
+    assert weights[0, :4].tolist() == pytest.approx([1 / 12] * 4)  # 6 tokens, 2 sequences
+    assert weights[2, :2].tolist() == pytest.approx([1 / 12] * 2)
+    assert weights[1, :2].tolist() == pytest.approx([1 / 8] * 2)  # 4 tokens
+    assert float(weights.sum()) == pytest.approx(1.0)
+
+    def constant_budget(m: torch.Tensor) -> torch.Tensor:  # each token 1 / (rows · C)
+        return m / (m.shape[0] * 10.0)
+
+    weights = layout.weighting(constant_budget, mask)([0, 1, 2, 3])
+    assert weights[mask > 0].tolist() == pytest.approx([1 / 20] * 10)  # rows = trajectories
+    plain = RowLayout.of(4)
+    assert torch.equal(
+        plain.weighting(constant_budget, mask)([0, 2]), constant_budget(mask[[0, 2]])
+    )
+    generator = torch.Generator().manual_seed(3)
+    assert layout.minibatches(2, generator) in ([[0, 2], [1, 3]], [[1, 3], [0, 2]])
+
+
+def test_a_prec_takes_the_first_trim_not_the_last() -> None:
+    """Under N_max > 1 a revised trajectory may be trimmed again; J_trim(y) is the reward
+    after trimming y once, so A_prec reads the first trim."""
+    decision = MetaDecision("m", [1], Segment("meta", "1", [1]), 1, 1, 0.5)
+    orig = [_traj(0, 0), _traj(1, 1)]
+    first, last = _traj(0, 0), _traj(2, 1)  # the second revision made it right
+    last.refinement = Refinement(True, 1, 0, 0.5, 2, [decision, decision])
+    orig[1].refinement = Refinement(False, 0, 1, -0.5, 0, [decision])
+    out = RefineOutcome(final=[last, orig[1]], originals=orig, accepted=1, probed=[1])
+    out.trims = {0: first, 1: _traj(0, 0)}
+    metrics = refiner_metrics([out])
+    assert metrics["refiner/a_prec"] == pytest.approx(weighted_cov([0, 1], [0, 1], [1, 1]))
+    assert metrics["refiner/v_inter"] == 0.5 and metrics["refiner/accept_rate"] == 0.5

@@ -10,8 +10,13 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from searchrl.refiner.meta import Reading, logsumexp
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.rollout import RolloutConfig
+from searchrl.refiner import MetaRefiner
+from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
+from searchrl.refiner.steps import content_free_text, render_meta
+from searchrl.types import Trajectory
 
 
 def test_candidates_are_digit_tokens_then_eos(tokenizer: PreTrainedTokenizerBase) -> None:
@@ -83,3 +88,50 @@ def test_tiny_model_decision_from_its_own_logprobs(
     assert reading.revise(odds - 0.01) and not reading.revise(odds + 0.01)
     weights = [math.exp(v) for v in by_hand[1:]]
     assert reading.trimmer() == pytest.approx([w / sum(weights) for w in weights], abs=1e-4)
+
+
+def _transcript(n_steps: int) -> Trajectory:
+    traj = Trajectory(
+        id=f"t{n_steps}", question="Who founded Mifour Studios?", golden_answers=["x"]
+    )
+    for i in range(n_steps):
+        traj.append("policy", f"<search> query {i} </search>", [1, 2])
+        traj.append("env", f"<information>Doc 1(Title: P{i}) text</information>", [3])
+    return traj
+
+
+def test_content_free_prior_removes_the_log_t_bias(
+    tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """An untrained discriminator spreads its mass over the T + 1 answers: summing T of them
+    makes its raw log-odds ≈ log T, so at τ = 0 it revises everything, more surely the longer
+    the trajectory. The content-free prior removes that."""
+    trajs = [_transcript(n) for n in (1, 2, 4, 8)]
+
+    def read(mode: str) -> list[Reading | None]:
+        config = RefinerConfig(calibration=mode)  # type: ignore[arg-type]
+        return MetaRefiner(tiny, tokenizer, None, None, RolloutConfig(), config, 0).read(trajs)  # type: ignore[arg-type]
+
+    raw, calibrated = read("none"), read("content_free")
+    raw_odds = [r.score for r in raw if r is not None]
+    assert [r.prior for r in raw if r is not None] == [0.0] * 4
+    assert raw_odds == pytest.approx([math.log(n) for n in (1, 2, 4, 8)], abs=0.25)
+    assert all(r.revise(0.0) for r in raw[1:] if r is not None)
+    scores = [r.score for r in calibrated if r is not None]
+    assert max(abs(s) for s in scores) < 0.15
+    for reading, n in zip(calibrated, (1, 2, 4, 8), strict=True):
+        assert reading is not None and reading.log_odds == pytest.approx(
+            raw_odds[n.bit_length() - 1]
+        )
+        _, ids = render_meta(tokenizer, content_free_text(n))
+        by_hand = [_naive(tiny, ids, c) for c in candidate_ids(tokenizer, n)]
+        assert reading.prior == pytest.approx(logsumexp(by_hand[1:]) - by_hand[0], abs=1e-4)
+
+
+def test_batch_average_cut_distribution_by_hand() -> None:
+    assert average_cut([[0.2, 0.8], [1.0], [0.1, 0.1, 0.8]]) == pytest.approx(
+        [1.3 / 3, 0.9 / 3, 0.8 / 3]
+    )
+    rng = random.Random(0)
+    draws = [draw_step([0.5, 1.5], rng) for _ in range(4000)]
+    assert draws.count(2) / len(draws) == pytest.approx(0.75, abs=0.03)

@@ -217,6 +217,12 @@ def title_of_mention(mention: str) -> str:
     return f"{match.group(2)} ({match.group(1)})" if match else mention
 
 
+def mention_of_title(title: str) -> str:
+    """Inverse of `title_of_mention`: "Orin Vasket (painter)" → "the painter Orin Vasket"."""
+    match = re.match(r"^(.+) \((" + "|".join(OCCUPATIONS) + r")\)$", title)
+    return f"the {match.group(2)} {match.group(1)}" if match else title
+
+
 def name_of_mention(mention: str) -> str:
     """The bare name in a mention (what an answer should say)."""
     match = _DISAMBIGUATED.match(mention)

@@ -1,0 +1,232 @@
+"""The Search-R2 warm start of the Meta-Refiner: world-labelled meta examples, the model's own
+rollouts labelled by the world's oracle, and how well the refiner reads held-out transcripts.
+
+    phase 1   the Actor's reference trajectories (+ the synthetic meta examples when
+              `meta_schedule: mixed`, each weighted like a whole sequence)
+    rollouts  the phase-1 model rolls out train questions (`meta_rollouts`) and held-out ones
+              (`meta_eval_size`) at the rollout temperature; the oracle labels every one
+    phase 2   a meta phase: the synthetic examples (`meta_schedule: phase`) and the train
+              rollouts, clean and flawed balanced
+    report    the final model reads the held-out rollouts (never trained on) and held-out
+              synthetic transcripts: ROC-AUC, accuracy at τ, trimmer exact step
+
+Why so much: a meta example trains 2 tokens (the answer and EOS) against 100–150 for a
+reference, so mixed in by token count it gets ~1% of the gradient and the model learns the
+label frequency. Synthetic flaws teach the format and what a flaw looks like; only the model's
+own rollouts show it its own mistakes, which are what it reads in RL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+from torch import nn
+
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.train import SFTConfig
+from searchrl.data.world import Reference
+from searchrl.data.world.corrupt import Corrupter
+from searchrl.refiner.labelled import label_accuracy, meta_example, oracle_flaw
+from searchrl.refiner.refiner import MetaRefiner
+from searchrl.retrieval.base import Retriever
+from searchrl.reward.judges.symbolic import world_support
+from searchrl.train.environment import Environment, make_backend, make_rollout_fn
+from searchrl.train.metrics import save_trajectories
+from searchrl.train.sft import reference_trajectory, solved_references
+from searchrl.types import Question, Trajectory
+from searchrl.utils.progress import progress_bar
+
+Item = TypeVar("Item")
+LogFn = Callable[[int, dict[str, float]], None]
+ROLLOUT_CHUNK = 32
+"""Questions per rollout call (bounds the batch the generation engine holds at once)."""
+
+
+def labelled_references(
+    references: Sequence[Reference],
+    questions: Sequence[Question],
+    n: int,
+    clean_share: float,
+    seed: int,
+    retriever: Retriever,
+) -> list[tuple[Reference, int]]:
+    """`n` (transcript, earliest flawed step) pairs from the solved references: a
+    `clean_share` of them clean (label 0), the others corrupted at a step drawn uniformly
+    from 1..T (`data.world.corrupt`). References are reused, with other flaws, when `n`
+    exceeds them. Seeded."""
+    rng = random.Random(seed)
+    pool = solved_references(references)
+    if not pool or n == 0:
+        return []
+    corrupter = Corrupter(questions, retriever)
+    n_clean = round(n * clean_share)
+    order = [pool[i % len(pool)] for i in range(max(n, 1) * 4)]
+    rng.shuffle(order)
+    out: list[tuple[Reference, int]] = [(ref, 0) for ref in order[:n_clean]]
+    for ref in order:
+        if len(out) >= n:
+            break
+        flawed = corrupter.corrupt(ref, rng)
+        if flawed is not None:
+            out.append(flawed)
+    rng.shuffle(out)
+    return out
+
+
+def oracle_labels(trajectories: Sequence[Trajectory], questions: Sequence[Question]) -> list[int]:
+    """The world oracle's earliest flawed step of each finished trajectory (`oracle_flaw`)."""
+    by_uid = {q.uid: q for q in questions}
+    return [oracle_flaw(t, world_support(by_uid[t.uid].metadata)) for t in trajectories]
+
+
+def balance(items: Sequence[tuple[Item, int]], seed: int) -> list[tuple[Item, int]]:
+    """As many clean (label 0) as flawed items, the larger class subsampled (seeded)."""
+    rng = random.Random(seed)
+    clean = [x for x in items if x[1] == 0]
+    flawed = [x for x in items if x[1] > 0]
+    size = min(len(clean), len(flawed))
+    out = rng.sample(clean, size) + rng.sample(flawed, size)
+    rng.shuffle(out)
+    return out
+
+
+def sequence_weight(references: Sequence[Trajectory], meta: Sequence[Trajectory]) -> float:
+    """The loss weight that makes a meta example weigh like an average reference: the mean
+    trained tokens of a reference over those of a meta example."""
+    ref = sum(sum(t.loss_mask()) for t in references) / max(len(references), 1)
+    own = sum(sum(t.loss_mask(include_meta=True)) for t in meta) / max(len(meta), 1)
+    return ref / own if own else 1.0
+
+
+def own_rollouts(
+    config: SFTConfig, env: Environment, policy: nn.Module, tokenizer: object
+) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
+    """The model's rollouts on train questions (`meta_rollouts`) and held-out ones
+    (`meta_eval_size`), at the rollout temperature, each with the oracle's label."""
+    train_qs = env.questions(config.data.train_split)
+    held_qs = env.questions(config.data.eval_split)[: config.meta_eval_size]
+    per_question = math.ceil(config.meta_rollouts / max(len(train_qs), 1))
+    train_qs = train_qs[: math.ceil(config.meta_rollouts / max(per_question, 1))]
+    backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
+    jobs = [(q, per_question, config.seed) for q in train_qs]
+    jobs += [(q, 1, config.seed + 1) for q in held_qs]
+    out: list[Trajectory] = []
+    with progress_bar("own rollouts", len(jobs), unit="questions") as advance:
+        for start in range(0, len(jobs), ROLLOUT_CHUNK):
+            chunk = jobs[start : start + ROLLOUT_CHUNK]
+            for samples, seed in dict.fromkeys((n, s) for _, n, s in chunk):
+                qs = [q for q, n, s in chunk if (n, s) == (samples, seed)]
+                out += rollout(qs, n_samples=samples, seed=seed, greedy=False)
+            advance(len(chunk))
+    labels = oracle_labels(out, [*train_qs, *held_qs])
+    held = {q.uid for q in held_qs}
+    pairs = list(zip(out, labels, strict=True))
+    return [p for p in pairs if p[0].uid not in held], [p for p in pairs if p[0].uid in held]
+
+
+def warm_start_meta(
+    config: SFTConfig,
+    env: Environment,
+    policy: nn.Module,
+    tokenizer: object,
+    actor: list[Trajectory],
+    train: Callable[[list[Trajectory], list[float], SFTConfig, str], None],
+    out_dir: Path | None = None,
+) -> tuple[dict[str, float], list[tuple[Trajectory, int]]]:
+    """Phases 1 and 2 and the report (module docstring). `actor` are the Actor's SFT
+    examples (none: phase 1 is skipped, the policy is an Actor already);
+    `train(examples, weights, config, prefix)` runs one SFT phase and logs it under
+    `prefix`. The own rollouts go to `out_dir/trajectories/meta_{train,held_out}.jsonl`, each
+    with its oracle label as `metrics["flaw_step"]`. Returns counts (`meta/*`) and the
+    held-out own rollouts with their labels, for `meta_report`."""
+    chat = config.rollout.use_chat_template
+    train_split = config.data.train_split
+    labelled = labelled_references(
+        env.references(train_split), env.questions(train_split), config.meta_examples,
+        config.meta_clean_share, config.seed, env.retriever,
+    )  # fmt: skip
+    synthetic = [
+        meta_example(tokenizer, reference_trajectory(r, tokenizer, chat), label)
+        for r, label in labelled
+    ]
+    weight = sequence_weight(actor, synthetic) if config.meta_weight == "sequence" else 1.0
+    mixed = synthetic if config.meta_schedule == "mixed" and actor else []
+    if actor:
+        train([*actor, *mixed], [1.0] * len(actor) + [weight] * len(mixed), config, "sft")
+    own_train: list[tuple[Trajectory, int]] = []
+    held_out: list[tuple[Trajectory, int]] = []
+    if config.meta_rollouts > 0 or config.meta_eval_size > 0:
+        own_train, held_out = own_rollouts(config, env, policy, tokenizer)
+        for name, pairs in (("meta_train", own_train), ("meta_held_out", held_out)):
+            for traj, label in pairs:
+                traj.metrics["flaw_step"] = float(label)
+            if out_dir is not None:
+                save_trajectories(out_dir / "trajectories" / f"{name}.jsonl", [t for t, _ in pairs])
+    kept = balance(own_train, config.seed)
+    phase = [] if mixed else synthetic
+    phase += [meta_example(tokenizer, t, label) for t, label in kept]
+    if phase:
+        random.Random(config.seed).shuffle(phase)
+        meta_config = replace(config, epochs=config.meta_epochs, lr=config.meta_lr)
+        train(phase, [1.0] * len(phase), meta_config, "meta_sft")
+    counts = {
+        "meta/synthetic_examples": float(len(synthetic)),
+        "meta/rollout_examples": float(len(kept)),
+        "meta/rollouts": float(len(own_train)),
+        "meta/rollouts_flawed_share": sum(y > 0 for _, y in own_train) / max(len(own_train), 1),
+        "meta/rollouts_em": sum(t.metrics.get("em", 0.0) for t, _ in own_train)
+        / max(len(own_train), 1),
+    }
+    return counts, held_out
+
+
+def meta_report(
+    config: SFTConfig,
+    env: Environment,
+    policy: nn.Module,
+    tokenizer: object,
+    held_out: Sequence[tuple[Trajectory, int]],
+    out_dir: Path | None = None,
+) -> dict[str, float]:
+    """How the warm-started refiner (τ = 0, default calibration) reads the held-out own
+    rollouts (`meta/*`) and as many held-out corrupted references (`meta/synthetic/*`); every
+    reading (label, answer log-probs, prior) goes to `out_dir/meta_readings.jsonl`."""
+    chat = config.rollout.use_chat_template
+    eval_split = config.data.eval_split
+    report: dict[str, float] = {}
+    refiner = MetaRefiner(
+        policy, tokenizer, None, env.retriever, config.rollout, RefinerConfig(),
+        int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
+    )  # fmt: skip
+    synthetic_held = labelled_references(
+        env.references(eval_split), env.questions(eval_split), config.meta_eval_size,
+        config.meta_clean_share, config.seed + 1, env.retriever,
+    )  # fmt: skip
+    sets = {
+        "meta/": ([t for t, _ in held_out], [y for _, y in held_out]),
+        "meta/synthetic/": (
+            [reference_trajectory(r, tokenizer, chat) for r, _ in synthetic_held],
+            [y for _, y in synthetic_held],
+        ),
+    }
+    lines = []
+    for prefix, (trajs, labels) in sets.items():
+        if not trajs:
+            continue
+        readings = refiner.read(trajs)
+        found = label_accuracy(readings, labels, 0.0)
+        report.update({k.replace("meta/", prefix): v for k, v in found.items()})
+        for traj, label, r in zip(trajs, labels, readings, strict=True):
+            if r is not None:
+                row = {"set": prefix, "id": traj.id, "label": label, "prior": r.prior}
+                lines.append(json.dumps({**row, "logprobs": r.logprobs}))
+    if out_dir is not None:
+        (out_dir / "meta_readings.jsonl").write_text("".join(x + "\n" for x in lines))
+    return report
