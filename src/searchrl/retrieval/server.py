@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -283,6 +284,36 @@ def serve(index_dir: str | Path, config: RetrievalConfig | None = None) -> None:
     config = config or RetrievalConfig()
     read_manifest(index_dir)
     _run(lambda: load_index(index_dir, config=config), config)
+
+
+def serve_shards(
+    index_dirs: Sequence[str | Path],
+    shard_urls: Sequence[str] = (),
+    config: RetrievalConfig | None = None,
+    shard_args: Sequence[str] = (),
+) -> None:
+    """Serve several indexes as one: each directory in its own `searchrl serve` process on
+    127.0.0.1 (started with `shard_args`, e.g. the --config/--set options), plus shards
+    already running at `shard_urls` (other machines); `/retrieve` merges their top k
+    (`retrieval.shards`). `/health` turns ok once every local shard is ready."""
+    from searchrl.retrieval.remote import RemoteRetriever
+    from searchrl.retrieval.shards import ShardedRetriever, ShardServers
+
+    config = config or RetrievalConfig()
+    for directory in index_dirs:
+        read_manifest(directory)
+    servers = ShardServers([Path(d) for d in index_dirs], shard_args)
+
+    def loader() -> Retriever:
+        servers.wait_ready(config.server.shard_ready_timeout_s)
+        urls = [*servers.urls, *shard_urls]
+        return ShardedRetriever([RemoteRetriever(replace(config.remote, url=u)) for u in urls])
+
+    servers.start()
+    try:
+        _run(loader, config)
+    finally:
+        servers.close()
 
 
 def serve_faiss(
