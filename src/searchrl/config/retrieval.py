@@ -59,6 +59,11 @@ class BM25Config:
     """PyStemmer (Snowball) language, or "none": stemming lets "founded" match "founding"."""
     chunk_size: PositiveInt = 20_000
     """Passages tokenized per step while building, to bound peak memory on large corpora."""
+    collection: str = ""
+    """A JSON file of collection statistics (passages, total length, document frequencies)
+    to score with instead of the index's own; `searchrl serve` writes one when it serves
+    independently built BM25 indexes as shards, so they score like one index of all their
+    passages. A query-time setting."""
     prune_above: NonNegativeInt = 20_000
     """Queries whose terms have more postings than this in total are answered with exact
     MaxScore pruning (reading the rare terms' postings and a few pages of the common ones')

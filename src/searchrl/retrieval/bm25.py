@@ -14,6 +14,7 @@ an in-memory `BM25Retriever.build` uses `bm25s.BM25.index` and gives the same sc
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -29,8 +30,14 @@ from scipy import sparse
 from searchrl.config import from_dict
 from searchrl.config.retrieval import BM25Config
 from searchrl.retrieval.base import RetrievalError
-from searchrl.retrieval.bm25_build import MAX_SCORES_FILE, Collection, build_streamed
-from searchrl.retrieval.bm25_topk import PostingLists, max_scores_of, pruned_top_k, top_k
+from searchrl.retrieval.bm25_build import MAX_SCORES_FILE, Collection, Rescorer, build_streamed
+from searchrl.retrieval.bm25_topk import (
+    PostingLists,
+    exhaustive_top_k,
+    max_scores_of,
+    pruned_top_k,
+    top_k,
+)
 from searchrl.retrieval.corpus import fingerprint_documents
 from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
 from searchrl.retrieval.store import DocumentStore, write_store
@@ -64,6 +71,10 @@ class Tokenizer:
             if new:
                 cache.update(zip(new, self._stemmer.stemWords(new), strict=True))
             return [[cache[w] for w in ws] for ws in words]
+
+
+def _query_time(config: BM25Config) -> dict[str, object]:
+    return {"prune_above": config.prune_above, "collection": config.collection}
 
 
 class BM25Retriever:
@@ -155,7 +166,11 @@ class BM25Retriever:
         model = bm25s.BM25.load(str(directory / BM25S_DIR), mmap=True, show_progress=False)
         bounds = directory / BM25S_DIR / MAX_SCORES_FILE
         max_scores = np.load(bounds, mmap_mode="r") if bounds.exists() else None
-        return cls(model, docs, config, corpus, max_scores)
+        retriever = cls(model, docs, config, corpus, max_scores)
+        if config.collection:
+            collection = json.loads(Path(config.collection).read_text(encoding="utf-8"))
+            retriever._lists.rescore = Rescorer(config, directory / BM25S_DIR, collection)
+        return retriever
 
     def save(self, directory: str | Path) -> None:
         """Write the bm25s arrays, the passages (unless already there) and the manifest."""
@@ -169,13 +184,18 @@ class BM25Retriever:
         write_manifest(out, "bm25", self.corpus, asdict(self.config))
 
     @classmethod
-    def load(cls, directory: str | Path) -> BM25Retriever:
-        """Open a saved index; the score arrays and passages are memory-mapped, not read."""
+    def load(cls, directory: str | Path, config: BM25Config | None = None) -> BM25Retriever:
+        """Open a saved index; the score arrays and passages are memory-mapped, not read.
+        `config` may change the query-time settings (`prune_above`, `collection`);
+        tokenization and scoring parameters always come from the manifest."""
         directory = Path(directory)
         manifest = read_manifest(directory)
         if manifest.kind != "bm25":
             raise RetrievalError(f"{directory}: a {manifest.kind} index, not bm25")
-        config = from_dict(BM25Config, manifest.params)
+        config = from_dict(
+            BM25Config,
+            {**manifest.params, **({} if config is None else _query_time(config))},
+        )
         return cls.from_files(directory, DocumentStore(directory), config, manifest.corpus)
 
     def _query_terms(self, queries: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -198,10 +218,13 @@ class BM25Retriever:
         results: list[list[Hit]] = [[] for _ in queries]
         full: list[int] = []
         parsed = self._query_terms(queries)
+        rescored = self._lists.rescore is not None
         for i, (terms, weights) in enumerate(parsed):
             found = None
             if len(terms) and self._lists.frequency(terms).sum() > self.config.prune_above:
                 found = pruned_top_k(self._lists, terms, weights, k)
+            if found is None and rescored:  # the product would read unrescored scores
+                found = exhaustive_top_k(self._lists, terms, weights, k)
             if found is None:
                 full.append(i)
             else:

@@ -41,6 +41,7 @@ VOCAB_FILE = "vocab.index.json"
 PARAMS_FILE = "params.index.json"
 MAX_SCORES_FILE = "max_scores.npy"
 STATS_FILE = "stats.json"
+LENGTHS_FILE = "doc_lengths.npy"
 BUCKETS = 64
 _POSTING = np.dtype([("doc", "<i4"), ("term", "<i4"), ("tf", "<u2")])
 
@@ -220,7 +221,7 @@ class StreamedBM25Builder:
             {"passages": stats.passages, "total_length": stats.total_length,
              "shard_passages": self.passages,
              "shard_length": int(lengths.sum(dtype=np.int64))}, indent=2))  # fmt: skip
-        np.save(out / "doc_lengths.npy", lengths)
+        np.save(out / LENGTHS_FILE, lengths)
         shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -249,3 +250,70 @@ def build_streamed(
             progress(len(chunk))
     builder.finish(out, collection)
     return builder.passages
+
+
+def collection_of(bm25s_dirs: Sequence[Path]) -> dict[str, object]:
+    """The statistics of several indexes' passages together (what one index of all of them
+    would score with): passages, total length, each term's document frequency."""
+    frequency: dict[str, int] = {}
+    passages = total = 0
+    for directory in bm25s_dirs:
+        stats = json.loads((directory / STATS_FILE).read_text())
+        passages += stats["shard_passages"]
+        total += stats["shard_length"]
+        counts = np.diff(np.load(directory / INDPTR_FILE, mmap_mode="r")).tolist()
+        vocab = json.loads((directory / VOCAB_FILE).read_text(encoding="utf-8"))
+        for term, row in vocab.items():
+            frequency[term] = frequency.get(term, 0) + counts[row]
+    return {"passages": passages, "total_length": total, "document_frequency": frequency}
+
+
+class Rescorer:
+    """Scores of an index under other collection statistics (an independently built index
+    served as one shard of several). A stored score is idf × tfc(tf, length, avgdl); the
+    passage length is stored, so tf is recovered exactly (it is an integer) and the score
+    recomputed with `term_scores`, bit for bit what an index of the whole collection holds.
+    Implements `bm25_topk.Rescore` for term ids of this index."""
+
+    def __init__(self, config: BM25Config, directory: Path, collection: dict) -> None:
+        own = json.loads((directory / STATS_FILE).read_text())
+        self.config = config
+        self.lengths = np.load(directory / LENGTHS_FILE, mmap_mode="r")
+        self.own_avgdl = own["total_length"] / own["passages"]
+        self.own_passages = own["passages"]
+        self.passages = int(collection["passages"])
+        self.avgdl = collection["total_length"] / self.passages
+        self.frequency: dict[str, int] = collection["document_frequency"]
+        self.own_df = np.diff(np.load(directory / INDPTR_FILE, mmap_mode="r"))
+        vocab = json.loads((directory / VOCAB_FILE).read_text(encoding="utf-8"))
+        self.term_of = {row: term for term, row in vocab.items()}
+        self._cache: dict[int, tuple[float, float, float]] = {}
+
+    def _weights(self, term: int) -> tuple[float, float, float]:
+        """(own idf, collection idf, bound factor) of a term id, cached."""
+        if term not in self._cache:
+            own_df = int(self.own_df[term])
+            df = self.frequency.get(self.term_of[term], own_df)
+            mine = float(idf(self.config.method, np.array([own_df]), self.own_passages)[0])
+            theirs = float(idf(self.config.method, np.array([df]), self.passages)[0])
+            factor = (theirs / mine if mine > 0 else 0.0) * max(1.0, self.avgdl / self.own_avgdl)
+            self._cache[term] = (mine, theirs, factor)
+        return self._cache[term]
+
+    def factor(self, term: int) -> float:
+        """Bound on new maximum / stored maximum: tfc grows at most by avgdl'/avgdl."""
+        return self._weights(term)[2]
+
+    def values(self, term: int, stored: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Collection scores of a term's postings (`stored` scores at passage `rows`)."""
+        own_idf, idf32, _ = self._weights(term)
+        if own_idf <= 0:
+            return np.zeros(len(stored), dtype=np.float32)
+        k1, b = self.config.k1, self.config.b
+        lengths = self.lengths[rows]
+        tfc = stored.astype(np.float64) / np.float64(np.float32(own_idf))
+        norm = k1 * ((1 - b) + b * lengths.astype(np.float64) / self.own_avgdl)
+        top = k1 + 1 if self.config.method == "atire" else 1.0
+        tf = np.rint(tfc * norm / np.maximum(top - tfc, 1e-12))
+        idf_array = np.full(len(stored), idf32, dtype=np.float32)
+        return term_scores(self.config, idf_array, tf, lengths, self.avgdl)

@@ -23,7 +23,22 @@ the caller falls back to the sparse product.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
+
+
+class Rescore(Protocol):
+    """Scores under other collection statistics (see `bm25_build.Rescorer`)."""
+
+    def factor(self, term: int) -> float:
+        """A term's new maximum score is at most its stored maximum times this."""
+        ...
+
+    def values(self, term: int, stored: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """New float32 scores of a term's postings at passage `rows`."""
+        ...
+
 
 BOUND_SLACK = 1e-5
 """Relative margin on summed bounds: a float32 sum of scores may round slightly above the
@@ -35,12 +50,27 @@ class PostingLists:
     term) plus each term's maximum score; any of them may be memory-mapped."""
 
     def __init__(
-        self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, max_scores: np.ndarray
+        self,
+        data: np.ndarray,
+        indices: np.ndarray,
+        indptr: np.ndarray,
+        max_scores: np.ndarray,
+        rescore: Rescore | None = None,
     ) -> None:
         self.data = data
         self.indices = indices
         self.indptr = indptr
         self.max_scores = max_scores
+        self.rescore = rescore
+        """Optional: turns stored scores of a term into scores under other collection
+        statistics (`Rescore.values`), with a factor bounding the term's new maximum."""
+
+    def bounds(self, terms: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Upper bounds of what each query term can add to a passage's score."""
+        bounds = weights.astype(np.float64) * self.max_scores[terms].astype(np.float64)
+        if self.rescore is not None:
+            bounds *= np.array([self.rescore.factor(int(t)) for t in terms])
+        return bounds
 
     def frequency(self, terms: np.ndarray) -> np.ndarray:
         """Postings (document frequency) of each term."""
@@ -61,8 +91,21 @@ class PostingLists:
             pos = np.minimum(np.searchsorted(listed, rows), end - start - 1)
             hit = listed[pos] == rows
             values = np.where(hit, self.data[start:end][pos], np.float32(0))
+            if self.rescore is not None:
+                found = np.flatnonzero(hit)
+                values[found] = self.rescore.values(term, values[found], rows[found])
             total += np.float32(weight) * values
         return total
+
+
+def exhaustive_top_k(
+    lists: PostingLists, terms: np.ndarray, weights: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score every passage holding a query term (no pruning); what a rescored index does
+    where the sparse product, which reads stored scores, cannot be used."""
+    parts = [np.asarray(lists.postings(int(t))) for t in terms]
+    rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    return top_k(rows, lists.score(terms, weights, rows), k)
 
 
 def max_scores_of(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
@@ -112,7 +155,7 @@ def pruned_top_k(
     if len(candidates) >= k:
         threshold = float(np.partition(lists.score(terms, weights, candidates), -k)[-k])
     # step 3: essential terms
-    bounds = weights.astype(np.float64) * lists.max_scores[terms].astype(np.float64)
+    bounds = lists.bounds(terms, weights)
     by_bound = np.argsort(bounds, kind="stable")
     reach = np.cumsum(bounds[by_bound]) * (1 + BOUND_SLACK)
     essential = by_bound[int(np.searchsorted(reach, threshold, side="left")) :]

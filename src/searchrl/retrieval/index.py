@@ -89,7 +89,7 @@ def load_index(
     _check_expected(directory, corpus, encoder)
     manifest = read_manifest(directory)
     if manifest.kind == "bm25":
-        return BM25Retriever.load(directory)
+        return BM25Retriever.load(directory, config.bm25 if config else None)
     if manifest.kind == "dense":
         return DenseRetriever.load(directory, config.dense if config else None)
     if manifest.kind == "hybrid":

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -302,6 +304,10 @@ def serve_shards(
     config = config or RetrievalConfig()
     for directory in index_dirs:
         read_manifest(directory)
+    scratch = Path(tempfile.mkdtemp(prefix="searchrl-shards-"))
+    collection = bm25_collection(index_dirs, scratch) if not shard_urls else None
+    if collection is not None:
+        shard_args = [*shard_args, "--set", f"bm25.collection={collection}"]
     servers = ShardServers([Path(d) for d in index_dirs], shard_args)
 
     def loader() -> Retriever:
@@ -314,6 +320,31 @@ def serve_shards(
         _run(loader, config)
     finally:
         servers.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bm25_collection(index_dirs: Sequence[str | Path], scratch: Path) -> Path | None:
+    """For BM25 indexes built separately (each scored with its own passages' statistics),
+    write the statistics of all their passages together into `scratch` and return the file,
+    so each shard scores as one index of everything would (`bm25.collection`). None when
+    there is nothing to do: not all BM25, or already built as shards of one corpus."""
+    from searchrl.retrieval.bm25 import BM25S_DIR
+    from searchrl.retrieval.bm25_build import LENGTHS_FILE, STATS_FILE, collection_of
+
+    dirs = [Path(d) / BM25S_DIR for d in index_dirs]
+    if len(dirs) < 2 or any(read_manifest(d.parent).kind != "bm25" for d in dirs):
+        return None
+    if not all((d / STATS_FILE).exists() and (d / LENGTHS_FILE).exists() for d in dirs):
+        log.warning("BM25 shards built by an older searchrl: each scores with its own statistics")
+        return None
+    stats = [orjson.loads((d / STATS_FILE).read_bytes()) for d in dirs]
+    total = sum(s["shard_passages"] for s in stats)
+    if all(s["passages"] == total for s in stats):
+        return None  # built by `searchrl index --shards`: whole-corpus statistics already
+    path = scratch / "collection.json"
+    path.write_bytes(orjson.dumps(collection_of(dirs)))
+    log.info("BM25 shards built separately: scoring all %d passages as one collection", total)
+    return path
 
 
 def serve_faiss(
