@@ -104,16 +104,24 @@ def stage_bm25(run: Run) -> dict:
 
 
 def ensure_model(run: Run) -> None:
-    """Fit the synthetic-vector model and keep the NQ query vectors, from the real encoded
-    corpus of `recall_corpus.py` (its first 34,917 rows are the Wikipedia passages)."""
-    if run.model.exists() and run.queries.exists():
-        return
-    real = run.args.real
-    parts = sorted((real / "vectors").glob("part-*.npy"))
-    wiki = np.concatenate([np.load(p) for p in parts[:3]])[:34_917]
-    fit_synthetic_model(wiki, run.model)
-    nq = sum(1 for line in (real / "questions.jsonl").open() if '"source": "nq"' in line)
-    np.save(run.queries, np.load(real / "queries.npy")[:nq])
+    """Fit the synthetic-vector model on real Wikipedia passage vectors (the first parts
+    `recall_corpus.py` encoded: its rows 0..34,916 are the Wikipedia passages) and encode
+    the NQ-open questions once: real query vectors for the synthetic index."""
+    if not run.model.exists():
+        parts = sorted((run.args.real / "vectors").glob("part-*.npy"))[:3]
+        if not parts:
+            raise SystemExit(f"no encoded vectors yet in {run.args.real}/vectors")
+        wiki = np.concatenate([np.load(p) for p in parts])[:34_917]
+        fit_synthetic_model(wiki, run.model)
+    if not run.queries.exists():
+        from searchrl.retrieval.dense import encode_texts, load_encoder
+
+        shared = run.args.real / "questions.jsonl"
+        questions = [json.loads(line) for line in shared.open()]
+        texts = [q["question"] for q in questions if q["source"] == "nq"]
+        config = replace(run.config.dense, torch_threads=1)
+        vectors = encode_texts(load_encoder(config), config, texts, passages=False)
+        np.save(run.queries, vectors)
 
 
 def stage_dense(run: Run) -> dict:

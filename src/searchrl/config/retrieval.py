@@ -94,8 +94,8 @@ class DenseConfig:
     hnsw_ef_search: PositiveInt = 128
     """HNSW query-time beam width (must be ≥ k for good recall)."""
     ivf_nlist: NonNegativeInt = 0
-    """IVF cluster count (ivf, ivfpq); 0 = the power of two nearest 4·√passages. Always
-    capped to passages / 39, so k-means has enough points per cluster."""
+    """IVF cluster count (ivf, ivfpq); 0 = the power of two nearest √passages (4,096 at
+    21M). Always capped to passages / 39, so k-means has enough points per cluster."""
     ivf_nprobe: PositiveInt = 32
     """IVF clusters scanned per query (a query-time setting)."""
     ivf_quantizer: Literal["flat", "hnsw"] = "flat"
@@ -106,10 +106,10 @@ class DenseConfig:
     divide the encoder's dimension unless `opq` is on."""
     pq_nbits: Annotated[int, Range(ge=4, le=8)] = 8
     """Bits per sub-quantizer code; lowered automatically for corpora too small to train 2^8
-    centroids per sub-quantizer (fewer than ~10k passages)."""
+    centroids per sub-quantizer with 39 points each (fewer than ~10k passages)."""
     opq: bool = False
     """Learn a rotation (OPQ) before product quantization: better codes, slower training."""
-    train_size: PositiveInt = 131_072
+    train_size: PositiveInt = 262_144
     """Vectors sampled (uniformly, without replacement) to train ivfpq's k-means and codebooks;
     at most the corpus."""
     ivf_part_rows: PositiveInt = 262_144

@@ -37,7 +37,6 @@ FAISS_FILE = "faiss.index"
 IVF_DATA_FILE = "faiss.ivfdata"
 MIN_POINTS_PER_CENTROID = 39
 """faiss warns below 39 training points per centroid; k-means is unreliable there."""
-READ_FLAGS_NAMES = ("IO_FLAG_ONDISK_SAME_DIR", "IO_FLAG_READ_ONLY", "IO_FLAG_MMAP")
 
 
 class VectorSource(Protocol):
@@ -62,9 +61,11 @@ def _faiss() -> Any:
 
 
 def auto_nlist(rows: int) -> int:
-    """faiss's guideline: about 4·√N clusters (a power of two), capped so each cluster gets
-    at least 39 training points."""
-    guess = 2 ** round(math.log2(max(1.0, 4 * math.sqrt(rows))))
+    """About √N clusters (a power of two: 4,096 at 21M passages), capped so each cluster gets
+    at least 39 training points. faiss's guideline is 4-16·√N, but k-means over 16,384+
+    centroids needs 640k+ training vectors and CPU-hours on this machine; √N keeps training
+    to minutes and, with nprobe scaled to match, scans as many codes (docs/retrieval.md)."""
+    guess = 2 ** round(math.log2(max(1.0, math.sqrt(rows))))
     return max(1, min(guess, rows // MIN_POINTS_PER_CENTROID))
 
 
@@ -74,10 +75,10 @@ def nlist_for(config: DenseConfig, rows: int) -> int:
 
 
 def effective_nbits(config: DenseConfig, train_rows: int) -> int:
-    """PQ bits per code, lowered for tiny corpora: training 2^nbits centroids per
-    sub-quantizer needs at least that many points (faiss refuses fewer)."""
+    """PQ bits per code, lowered for small corpora so that each of the 2^nbits centroids of
+    a sub-quantizer gets 39 training points (8 bits from ~10k passages up)."""
     nbits = config.pq_nbits
-    while nbits > 4 and train_rows < (1 << nbits) * 4:
+    while nbits > 1 and train_rows < (1 << nbits) * MIN_POINTS_PER_CENTROID:
         nbits -= 1
     return nbits
 
@@ -124,11 +125,14 @@ def set_search_params(index: Any, config: DenseConfig) -> None:
 def read_index(path: str | Path) -> Any:
     """Open a saved IVF index with its inverted lists memory-mapped read-only: on-disk
     lists from the `faiss.ivfdata` next to it (wherever the directory was moved), lists
-    saved inside the index file mapped in place."""
+    saved inside the index file mapped in place. (faiss crashes on the two flags combined,
+    so the file decides.)"""
     faiss = _faiss()
-    flags = 0
-    for name in READ_FLAGS_NAMES:
-        flags |= getattr(faiss, name)
+    path = Path(path)
+    if (path.parent / IVF_DATA_FILE).exists():
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+    else:
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
     return faiss.read_index(str(path), flags)
 
 
