@@ -44,6 +44,12 @@ def _atomic_write(path: Path, write) -> None:
     tmp.replace(path)
 
 
+def _save(path: Path, array: np.ndarray) -> None:
+    """np.save to exactly `path` (given a name, np.save would append ".npy" to it)."""
+    with path.open("wb") as handle:
+        np.save(handle, array)
+
+
 def build_corpus(work: Path, entities: int, world_questions: int, seed: int) -> None:
     """Write corpus.jsonl and questions.jsonl unless both exist."""
     corpus, questions = work / "corpus.jsonl", work / "questions.jsonl"
@@ -108,14 +114,14 @@ def encode(work: Path, part: int, threads: int) -> None:
             encoder = encoder or load_encoder(config)
             texts = list(_texts(work / "corpus.jsonl", start, start + part))
             vectors = encode_texts(encoder, config, texts, passages=True)
-            _atomic_write(out / f"part-{start // part:05d}.npy", lambda t, v=vectors: np.save(t, v))
+            _atomic_write(out / f"part-{start // part:05d}.npy", lambda t, v=vectors: _save(t, v))
             step(len(texts))
             print(f"encoded rows {start:,}..{start + len(texts):,} of {rows:,}", flush=True)
     if not (work / "queries.npy").exists():
         encoder = encoder or load_encoder(config)
         questions = [json.loads(line)["question"] for line in (work / "questions.jsonl").open()]
         vectors = encode_texts(encoder, config, questions, passages=False)
-        _atomic_write(work / "queries.npy", lambda t: np.save(t, vectors))
+        _atomic_write(work / "queries.npy", lambda t: _save(t, vectors))
 
 
 def load_vectors(work: Path) -> np.ndarray:

@@ -34,6 +34,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 
 from scale_parts import (
     Progress,
@@ -96,7 +97,8 @@ def stage_corpus(run: Run) -> dict:
 
 
 def stage_bm25(run: Run) -> dict:
-    build_index("bm25", run.corpus / "corpus.jsonl", run.bm25, run.config, force=True)
+    console = Console(stderr=True, force_terminal=True, width=110)  # a bar in the log
+    build_index("bm25", run.corpus / "corpus.jsonl", run.bm25, run.config, console, force=True)
     stats = json.loads((run.bm25 / "bm25s" / "stats.json").read_text())
     postings = int(np.load(run.bm25 / "bm25s" / "indptr.csc.index.npy", mmap_mode="r")[-1])
     return {"size_mb": directory_mb(run.bm25), "postings": postings,
@@ -183,7 +185,8 @@ def stage_exact(run: Run) -> dict:
 
 def stage_bm25_speed(run: Run) -> dict:
     questions = run.questions()
-    queries = [q["question"] for q in questions][: run.args.queries]
+    texts = [q["question"] for q in questions]
+    queries = [texts[i % len(texts)] for i in range(run.args.queries)]  # cycled if too few
     retriever = load_index(run.bm25)
     out: dict = {"queries": len(queries)}
     started = time.perf_counter()

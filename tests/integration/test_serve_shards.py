@@ -120,3 +120,17 @@ def test_sharded_build_is_served_by_one_process_per_shard(
         os.kill(front.pid, signal.SIGKILL)  # a killed front takes its shard servers along
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive
+
+
+def test_ivfpq_shards_sharing_training_answer_like_one_ivfpq_index(
+    halves: tuple[Path, Path, Path, list[str]], tmp_path: Path
+) -> None:
+    pytest.importorskip("faiss")
+    whole_corpus, _, _, questions = halves
+    config = RetrievalConfig(dense=DenseConfig(index_type="ivfpq", torch_threads=1))
+    one = build_index("dense", whole_corpus, tmp_path / "whole", config)
+    whole = load_index(one, config=config)
+    sharded = build_index("dense", whole_corpus, tmp_path / "sharded", config, shards=2)
+    assert (sharded / "shard-001" / "faiss.ivfdata").exists()
+    merged = load_index(sharded, config=config)
+    assert ids_and_scores(merged.search(questions, 5)) == ids_and_scores(whole.search(questions, 5))
