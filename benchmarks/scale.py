@@ -13,7 +13,7 @@ command is run again, and the dense build resumes from its finished parts.
 - bm25: `build_index("bm25")` (streamed build), then in-process batches of 1/16/64 world
   questions, the `/retrieve` server at the same batches, 16 concurrent one-query clients;
 - dense: IVF-PQ (`DenseConfig` defaults, `--set` to change) over *synthetic* vectors drawn
-  like real MiniLM vectors (`scale_parts.SyntheticVectors`, fitted on the 35k real Wikipedia
+  like real MiniLM vectors (`scale_parts.SyntheticVectors`, fitted on 16,384 real Wikipedia
   passages encoded by `recall_corpus.py`); the passages are the BM25 index's (hard links).
   Speed is faiss search of real NQ question vectors at batches of 1/16/64, i.e. without
   query encoding; recall is measured against exact search of the same synthetic vectors;
@@ -106,15 +106,14 @@ def stage_bm25(run: Run) -> dict:
 
 
 def ensure_model(run: Run) -> None:
-    """Fit the synthetic-vector model on real Wikipedia passage vectors (the first parts
-    `recall_corpus.py` encoded: its rows 0..34,916 are the Wikipedia passages) and encode
-    the NQ-open questions once: real query vectors for the synthetic index."""
+    """Fit the synthetic-vector model on real Wikipedia passage vectors (the first part
+    `recall_corpus.py` encoded: 16,384 Wikipedia passages) and encode the NQ-open questions
+    once: real query vectors for the synthetic index."""
     if not run.model.exists():
-        parts = sorted((run.args.real / "vectors").glob("part-*.npy"))[:3]
-        if not parts:
-            raise SystemExit(f"no encoded vectors yet in {run.args.real}/vectors")
-        wiki = np.concatenate([np.load(p) for p in parts])[:34_917]
-        fit_synthetic_model(wiki, run.model)
+        first = run.args.real / "vectors" / "part-00000.npy"
+        if not first.exists():
+            raise SystemExit(f"no encoded vectors yet: {first}")
+        fit_synthetic_model(np.load(first), run.model)
     if not run.queries.exists():
         from searchrl.retrieval.dense import encode_texts, load_encoder
 
@@ -176,8 +175,10 @@ def stage_exact(run: Run) -> dict:
         scores = queries @ source.vectors(chunk).T
         all_s = np.concatenate([best_s, scores], axis=1)
         all_i = np.concatenate([best_i, np.broadcast_to(chunk, scores.shape)], axis=1)
-        top = np.argsort(-all_s, axis=1, kind="stable")[:, :10]
+        top = np.argpartition(-all_s, 10, axis=1)[:, :10]
         best_s, best_i = np.take_along_axis(all_s, top, 1), np.take_along_axis(all_i, top, 1)
+        order = np.argsort(-best_s, axis=1, kind="stable")
+        best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
         step(len(chunk))
     np.savez(run.root / "exact.npz", scores=best_s, rows=best_i)
     return {"queries": len(queries)}
@@ -211,8 +212,8 @@ def serve_measure(run: Run, serve_args: list[str], queries: list[str]) -> dict:
         with RemoteRetriever(url) as client:
             for batch in (16, 64):
                 out[f"server_batch{batch}"] = batched_qps(lambda q: client.search(q, 3),
-                                                          queries, batch)  # fmt: skip
-        out["server_16_clients"] = concurrent_qps(url, queries, 16, run.args.duration)
+                                                          queries, batch, server.pid)  # fmt: skip
+        out["server_16_clients"] = concurrent_qps(url, queries, 16, run.args.duration, server.pid)
         out["server_memory"] = process_memory_mb(server.pid)
     finally:
         server.terminate()
@@ -229,7 +230,7 @@ def stage_dense_speed(run: Run) -> dict:
         set_search_params(index, replace(run.config.dense, ivf_nprobe=nprobe))
         found = index.search(queries[: len(exact)], 3)[1]
         overlap = np.mean([len(set(a) & set(b)) / 3 for a, b in zip(found, exact, strict=True)])
-        speed = batched_qps(lambda q: index.search(q, 3), list(queries), 64)
+        speed = batched_qps(lambda q: index.search(np.stack(q), 3), list(queries), 64)
         out[f"nprobe{nprobe}"] = {"recall@3_vs_exact": float(overlap), **speed}
     set_search_params(index, run.config.dense)
     for batch in BATCHES:
@@ -287,9 +288,10 @@ def compare_served(run: Run, targets: dict[str, Path], queries: list[str]) -> di
         try:
             with RemoteRetriever(url) as client:
                 answers[name] = client.search(queries, 10)
-                out[name] = {f"batch{b}": batched_qps(lambda q: client.search(q, 3), queries, b)
-                             for b in (16, 64)}  # fmt: skip
-            out[name]["16_clients"] = concurrent_qps(url, queries, 16, run.args.duration)
+                out[name] = {f"batch{b}": batched_qps(lambda q: client.search(q, 3), queries, b,
+                                                      server.pid) for b in (16, 64)}  # fmt: skip
+            out[name]["16_clients"] = concurrent_qps(url, queries, 16, run.args.duration,
+                                                     server.pid)  # fmt: skip
             out[name]["memory"] = process_memory_mb(server.pid)
         finally:
             server.terminate()

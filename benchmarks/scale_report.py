@@ -7,7 +7,11 @@ from pathlib import Path
 
 
 def _qps(entry: dict | None) -> str:
-    return "–" if not entry else f"{entry['qps']:,.0f}"
+    """queries/s in wall time [per CPU second of the searching process]."""
+    if not entry:
+        return "–"
+    cpu = entry.get("qps_per_cpu_s", entry.get("qps_per_server_cpu_s"))
+    return f"{entry['qps']:,.0f}" + (f" [{cpu:,.0f}]" if cpu and cpu == cpu else "")
 
 
 def _build_rows(n: int, results: dict) -> list[str]:
