@@ -19,7 +19,7 @@ from searchrl.cli.common import ForceOption, one_of, require_file
 from searchrl.config import check_config, load_config
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.retrieval.base import Retriever
-from searchrl.retrieval.index import KINDS, Kind, build_index, load_index
+from searchrl.retrieval.index import KINDS, Kind, build_index, load_index, shard_directories
 from searchrl.retrieval.remote import RemoteRetriever
 from searchrl.types import Hit
 
@@ -43,6 +43,15 @@ def index(
     config: ConfigOption = None,
     overrides: SetOption = None,
     force: ForceOption = False,
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Split the corpus into this many shard indexes that answer together exactly "
+            "like one (serve them with `searchrl serve --index OUT`).",
+        ),
+    ] = 1,
 ) -> None:
     """Build a BM25, dense or hybrid index directory from a corpus file.
 
@@ -52,7 +61,9 @@ def index(
         raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
     settings = _config(config, overrides)
     kind_: Kind = kind  # type: ignore[assignment]
-    build_index(kind_, require_file(corpus, "corpus file"), out, settings, force=force)
+    build_index(
+        kind_, require_file(corpus, "corpus file"), out, settings, force=force, shards=shards
+    )
 
 
 def _print_results(queries: list[str], results: list[list[Hit]]) -> None:
@@ -97,8 +108,20 @@ def search(
 
 
 def serve(
-    index_dir: Annotated[
-        Path | None, typer.Option("--index", help="Index directory to serve.")
+    index_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--index",
+            help="Index directory to serve; repeat it to serve several shards as one (each in "
+            "its own process, top-k merged).",
+        ),
+    ] = None,
+    shard_urls: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shard-url",
+            help="A shard already served elsewhere (http://host:port/retrieve); repeatable.",
+        ),
     ] = None,
     faiss_index: Annotated[
         Path | None,
@@ -125,14 +148,20 @@ def serve(
     config: ConfigOption = None,
     overrides: SetOption = None,
 ) -> None:
-    """Serve an index over HTTP with the Search-R1 `POST /retrieve` contract."""
-    from searchrl.retrieval.server import serve as serve_index
-    from searchrl.retrieval.server import serve_faiss
+    """Serve an index over HTTP with the Search-R1 `POST /retrieve` contract.
 
+    Several --index (or --shard-url) serve the shards of one corpus as one index: every local
+    shard runs in its own `searchrl serve` process and each query gets the merged top k."""
+    from searchrl.retrieval.server import serve as serve_index
+    from searchrl.retrieval.server import serve_faiss, serve_shards
+
+    dirs = [d for given in index_dirs or [] for d in shard_directories(given)]
+    urls = shard_urls or []
     external = (faiss_index, corpus, encoder)
-    if index_dir is not None and any(v is not None for v in external):
+    local = bool(dirs or urls)
+    if local and any(v is not None for v in external):
         raise typer.BadParameter("give --index DIR, or --faiss-index with --corpus and --encoder")
-    if index_dir is None and any(v is None for v in external):
+    if not local and any(v is None for v in external):
         raise typer.BadParameter("give --index DIR, or all of --faiss-index, --corpus, --encoder")
     settings = _config(config, overrides)
     server = replace(
@@ -144,8 +173,12 @@ def serve(
     settings = replace(settings, server=server, dense=dense)
     check_config(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if index_dir is not None:
-        serve_index(index_dir, settings)
+    if len(dirs) + len(urls) > 1 or urls:
+        shard_args = ["--config", str(config)] if config is not None else []
+        shard_args += [arg for o in overrides or [] for arg in ("--set", o)]
+        serve_shards(dirs, urls, settings, shard_args)
+    elif dirs:
+        serve_index(dirs[0], settings)
     else:
         assert faiss_index is not None and corpus is not None
         serve_faiss(faiss_index, corpus, settings)

@@ -18,6 +18,7 @@ from searchrl.config.checks import (
     Port,
     PositiveFloat,
     PositiveInt,
+    Range,
     Satisfies,
 )
 from searchrl.config.errors import ConfigError
@@ -58,6 +59,15 @@ class BM25Config:
     """PyStemmer (Snowball) language, or "none": stemming lets "founded" match "founding"."""
     chunk_size: PositiveInt = 20_000
     """Passages tokenized per step while building, to bound peak memory on large corpora."""
+    collection: str = ""
+    """A JSON file of collection statistics (passages, total length, document frequencies)
+    to score with instead of the index's own; `searchrl serve` writes one when it serves
+    independently built BM25 indexes as shards, so they score like one index of all their
+    passages. A query-time setting."""
+    prune_above: NonNegativeInt = 20_000
+    """Queries whose terms have more postings than this in total are answered with exact
+    MaxScore pruning (reading the rare terms' postings and a few pages of the common ones')
+    when that reads less than half of them; smaller ones go to one sparse product per batch."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +82,39 @@ class DenseConfig:
     """Text prepended to queries when prefixes are on."""
     passage_prefix: str = "passage: "
     """Text prepended to passages when prefixes are on."""
-    index_type: Literal["flat", "hnsw", "ivf"] = "flat"
-    """flat is exact (fine up to ~1M passages on CPU); hnsw and ivf trade recall for speed."""
+    index_type: Literal["flat", "hnsw", "ivf", "ivfpq"] = "flat"
+    """flat is exact (fine up to ~1M passages on CPU); hnsw and ivf trade recall for speed;
+    ivfpq (IVF + product quantization) stores `pq_m` bytes per passage instead of 4 per
+    dimension, is built in a stream and served memory-mapped from disk: wiki-18 with MiniLM
+    in ~1.5 GB instead of 32 GB (docs/retrieval.md has the sweep behind its defaults)."""
     hnsw_m: PositiveInt = 32
     """HNSW graph degree: higher = better recall, more memory."""
     hnsw_ef_construction: PositiveInt = 200
     """HNSW build-time beam width."""
     hnsw_ef_search: PositiveInt = 128
     """HNSW query-time beam width (must be ≥ k for good recall)."""
-    ivf_nlist: PositiveInt = 1024
-    """IVF cluster count; it is capped to the corpus size / 39 so training has enough points."""
+    ivf_nlist: NonNegativeInt = 0
+    """IVF cluster count (ivf, ivfpq); 0 = the power of two nearest √passages (4,096 at
+    21M). Always capped to passages / 39, so k-means has enough points per cluster."""
     ivf_nprobe: PositiveInt = 32
-    """IVF clusters scanned per query."""
+    """IVF clusters scanned per query (a query-time setting)."""
+    ivf_quantizer: Literal["flat", "hnsw"] = "flat"
+    """How ivfpq finds a vector's nearest clusters: exact (flat), or an HNSW graph over the
+    centroids, which makes adding tens of millions of vectors several times cheaper."""
+    pq_m: PositiveInt = 48
+    """ivfpq code size in bytes per vector (sub-quantizers of `pq_nbits` bits each); must
+    divide the encoder's dimension unless `opq` is on."""
+    pq_nbits: Annotated[int, Range(ge=4, le=8)] = 8
+    """Bits per sub-quantizer code; lowered automatically for corpora too small to train 2^8
+    centroids per sub-quantizer with 39 points each (fewer than ~10k passages)."""
+    opq: bool = False
+    """Learn a rotation (OPQ) before product quantization: better codes, slower training."""
+    train_size: PositiveInt = 262_144
+    """Vectors sampled (uniformly, without replacement) to train ivfpq's k-means and codebooks;
+    at most the corpus."""
+    ivf_part_rows: PositiveInt = 262_144
+    """Vectors encoded and added per part while building ivfpq: each part is written to disk
+    and the parts are merged into one memory-mapped file, so memory stays flat at any size."""
     batch_size: PositiveInt = 64
     """Passages or queries per encoder forward pass."""
     encode_chunk: PositiveInt = 2048
@@ -151,6 +182,9 @@ class ServerConfig:
     batch."""
     max_batch_queries: PositiveInt = 1024
     """Most queries merged into one batched search call."""
+    shard_ready_timeout_s: PositiveFloat = 900.0
+    """Serving several indexes as one: how long the front waits for every shard server to
+    load its index (a 21M-passage shard takes minutes) before it gives up."""
     log_every: PositiveInt = 1000
     """Log a request-count and latency line every this many requests."""
     latency_window: PositiveInt = 10_000

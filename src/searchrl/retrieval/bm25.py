@@ -1,14 +1,20 @@
-"""BM25 over the corpus: bm25s builds and stores the eager score matrix (token × passage);
-search is one sparse matrix product per batch of queries.
+"""BM25 over the corpus: the eager score matrix (token × passage) in bm25s's format, opened
+memory-mapped; a query is answered by MaxScore pruning (`bm25_topk`) when that reads less
+than half of its postings, else by one sparse matrix product per batch of such queries.
 
 Why not `bm25s.BM25.retrieve`: its numpy backend scores one query at a time with `np.add.at`
 over a dense array of all passages (~250 queries/s at 140k passages on this CPU). Multiplying a
 sparse query-term matrix by the same precomputed scores gives identical scores, touches only
-passages that share a term with the query, and runs at several thousand queries/s.
+passages that share a term with the query, and runs at several thousand queries/s at 140k
+passages; at millions of passages the common terms' postings dominate, and pruning skips them.
+
+Index files are written by `bm25_build` in a stream (a 21M-passage corpus never sits in RAM);
+an in-memory `BM25Retriever.build` uses `bm25s.BM25.index` and gives the same scores.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -24,6 +30,14 @@ from scipy import sparse
 from searchrl.config import from_dict
 from searchrl.config.retrieval import BM25Config
 from searchrl.retrieval.base import RetrievalError
+from searchrl.retrieval.bm25_build import MAX_SCORES_FILE, Collection, Rescorer, build_streamed
+from searchrl.retrieval.bm25_topk import (
+    PostingLists,
+    exhaustive_top_k,
+    max_scores_of,
+    pruned_top_k,
+    top_k,
+)
 from searchrl.retrieval.corpus import fingerprint_documents
 from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
 from searchrl.retrieval.store import DocumentStore, write_store
@@ -59,6 +73,10 @@ class Tokenizer:
             return [[cache[w] for w in ws] for ws in words]
 
 
+def _query_time(config: BM25Config) -> dict[str, object]:
+    return {"prune_above": config.prune_above, "collection": config.collection}
+
+
 class BM25Retriever:
     """BM25 retriever; only passages sharing at least one query term are returned, so a query
     of stop words alone (or a blank query) gets an empty list."""
@@ -69,6 +87,7 @@ class BM25Retriever:
         docs: Sequence[Document],
         config: BM25Config,
         corpus: CorpusInfo,
+        max_scores: np.ndarray | None = None,
     ) -> None:
         self.model = model
         self.docs = docs
@@ -86,6 +105,9 @@ class BM25Retriever:
             raise RetrievalError(
                 f"BM25 index has {self._matrix.shape[1]} passages but the store has {len(docs)}"
             )
+        if max_scores is None:
+            max_scores = max_scores_of(np.asarray(scores["data"]), indptr)
+        self._lists = PostingLists(scores["data"], scores["indices"], indptr, max_scores)
 
     @classmethod
     def build(
@@ -114,38 +136,78 @@ class BM25Retriever:
         corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
         return cls(model, docs, config, corpus)
 
+    @classmethod
+    def build_on_disk(
+        cls,
+        docs: Sequence[Document],
+        directory: str | Path,
+        config: BM25Config | None = None,
+        corpus: CorpusInfo | None = None,
+        progress: Callable[[int], None] | None = None,
+        collection: Collection | None = None,
+    ) -> BM25Retriever:
+        """Index `docs` in a stream straight into `directory` (see `bm25_build`); memory
+        stays at one chunk of passages whatever the corpus size. `collection` replaces the
+        corpus statistics (a shard scored as part of a larger corpus)."""
+        config = config or BM25Config()
+        if len(docs) == 0:
+            raise RetrievalError("cannot build a BM25 index over zero documents")
+        out = Path(directory)
+        texts = (d.contents for d in docs)
+        build_streamed(texts, config, Tokenizer(config), out / BM25S_DIR, collection, progress)
+        corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
+        return cls.from_files(out, docs, config, corpus)
+
+    @classmethod
+    def from_files(
+        cls, directory: Path, docs: Sequence[Document], config: BM25Config, corpus: CorpusInfo
+    ) -> BM25Retriever:
+        """Open the bm25s files in `directory` memory-mapped, over passages `docs`."""
+        model = bm25s.BM25.load(str(directory / BM25S_DIR), mmap=True, show_progress=False)
+        bounds = directory / BM25S_DIR / MAX_SCORES_FILE
+        max_scores = np.load(bounds, mmap_mode="r") if bounds.exists() else None
+        retriever = cls(model, docs, config, corpus, max_scores)
+        if config.collection:
+            collection = json.loads(Path(config.collection).read_text(encoding="utf-8"))
+            retriever._lists.rescore = Rescorer(config, directory / BM25S_DIR, collection)
+        return retriever
+
     def save(self, directory: str | Path) -> None:
         """Write the bm25s arrays, the passages (unless already there) and the manifest."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save(str(out / BM25S_DIR), show_progress=False)
+        if not (out / BM25S_DIR / MAX_SCORES_FILE).exists():  # not built in place on disk
+            self.model.save(str(out / BM25S_DIR), show_progress=False)
+            np.save(out / BM25S_DIR / MAX_SCORES_FILE, np.asarray(self._lists.max_scores))
         if not (isinstance(self.docs, DocumentStore) and self.docs.directory == out):
             write_store(self.docs, out)
         write_manifest(out, "bm25", self.corpus, asdict(self.config))
 
     @classmethod
-    def load(cls, directory: str | Path) -> BM25Retriever:
-        """Open a saved index; the score arrays and passages are memory-mapped, not read."""
+    def load(cls, directory: str | Path, config: BM25Config | None = None) -> BM25Retriever:
+        """Open a saved index; the score arrays and passages are memory-mapped, not read.
+        `config` may change the query-time settings (`prune_above`, `collection`);
+        tokenization and scoring parameters always come from the manifest."""
         directory = Path(directory)
         manifest = read_manifest(directory)
         if manifest.kind != "bm25":
             raise RetrievalError(f"{directory}: a {manifest.kind} index, not bm25")
-        config = from_dict(BM25Config, manifest.params)
-        model = bm25s.BM25.load(str(directory / BM25S_DIR), mmap=True, show_progress=False)
-        return cls(model, DocumentStore(directory), config, manifest.corpus)
+        config = from_dict(
+            BM25Config,
+            {**manifest.params, **({} if config is None else _query_time(config))},
+        )
+        return cls.from_files(directory, DocumentStore(directory), config, manifest.corpus)
 
-    def _query_matrix(self, queries: Sequence[str]) -> sparse.csr_matrix:
-        rows: list[int] = []
-        cols: list[int] = []
+    def _query_terms(self, queries: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query: its distinct known term ids (ascending) and how often each occurs."""
         vocab = self.model.vocab_dict
-        for i, tokens in enumerate(self._tokenizer(queries)):
-            for token in tokens:
-                term = vocab.get(token)
-                if term is not None and term < self._n_terms:
-                    rows.append(i)
-                    cols.append(term)
-        values = np.ones(len(rows), dtype=np.float32)
-        return sparse.csr_matrix((values, (rows, cols)), shape=(len(queries), self._n_terms))
+        out = []
+        for tokens in self._tokenizer(queries):
+            ids = [t for t in (vocab.get(token) for token in tokens) if t is not None]
+            terms, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+            keep = terms < self._n_terms
+            out.append((terms[keep], counts[keep].astype(np.float32)))
+        return out
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Top-k passages per query, best first; equal scores are ordered by corpus row."""
@@ -153,14 +215,30 @@ class BM25Retriever:
             raise ValueError(f"k must be at least 1, got {k}")
         if not queries:
             return []
-        scores = (self._query_matrix(queries) @ self._matrix).tocsr()
-        return [self._top_k(scores, i, k) for i in range(len(queries))]
+        results: list[list[Hit]] = [[] for _ in queries]
+        full: list[int] = []
+        parsed = self._query_terms(queries)
+        rescored = self._lists.rescore is not None
+        for i, (terms, weights) in enumerate(parsed):
+            found = None
+            if len(terms) and self._lists.frequency(terms).sum() > self.config.prune_above:
+                found = pruned_top_k(self._lists, terms, weights, k)
+            if found is None and rescored:  # the product would read unrescored scores
+                found = exhaustive_top_k(self._lists, terms, weights, k)
+            if found is None:
+                full.append(i)
+            else:
+                results[i] = self._hits(*found)
+        if full:
+            rows = np.repeat(np.arange(len(full)), [len(parsed[i][0]) for i in full])
+            cols = np.concatenate([parsed[i][0] for i in full])
+            values = np.concatenate([parsed[i][1] for i in full])
+            query = sparse.csr_matrix((values, (rows, cols)), shape=(len(full), self._n_terms))
+            scores = (query @ self._matrix).tocsr()
+            for row, i in enumerate(full):
+                span = slice(scores.indptr[row], scores.indptr[row + 1])
+                results[i] = self._hits(*top_k(scores.indices[span], scores.data[span], k))
+        return results
 
-    def _top_k(self, scores: sparse.csr_matrix, row: int, k: int) -> list[Hit]:
-        start, end = scores.indptr[row], scores.indptr[row + 1]
-        values, rows = scores.data[start:end], scores.indices[start:end]
-        if len(values) > k:
-            keep = np.argpartition(values, -k)[-k:]
-            values, rows = values[keep], rows[keep]
-        order = np.lexsort((rows, -values))
-        return [Hit(self.docs[int(rows[i])], float(values[i])) for i in order]
+    def _hits(self, rows: np.ndarray, scores: np.ndarray) -> list[Hit]:
+        return [Hit(self.docs[int(r)], float(s)) for r, s in zip(rows, scores, strict=True)]

@@ -1,6 +1,7 @@
 """Dense retrieval: a sentence-transformers encoder and a faiss inner-product index over
 L2-normalized vectors (so inner product = cosine). faiss ids are corpus row positions, as in
-Search-R1's E5 index.
+Search-R1's E5 index. flat, hnsw and ivf indexes are built in memory; ivfpq is compressed,
+built in a stream and served memory-mapped (`searchrl.retrieval.ivfpq`).
 
 sentence-transformers and faiss are the optional `[dense]` extra: they are imported only when a
 dense retriever is built or loaded, so BM25-only installs never pay for torch.
@@ -20,11 +21,22 @@ from searchrl.config import from_dict
 from searchrl.config.retrieval import DEFAULT_ENCODER, DenseConfig
 from searchrl.retrieval.base import RetrievalError
 from searchrl.retrieval.corpus import fingerprint_documents
+from searchrl.retrieval.ivfpq import (
+    FAISS_FILE,
+    build_ivfpq,
+    copy_ondisk_lists,
+    factory_string,
+    nlist_for,
+    read_index,
+    set_search_params,
+    training_rows,
+)
 from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
 from searchrl.retrieval.store import DocumentStore, write_store
 from searchrl.types import Document, Hit
 
-FAISS_FILE = "faiss.index"
+MMAPPED_TYPES = ("ivf", "ivfpq")
+"""Index types whose inverted lists are opened memory-mapped rather than read into RAM."""
 
 
 def _optional(module: str) -> Any:
@@ -113,13 +125,48 @@ def _new_index(config: DenseConfig, vectors: np.ndarray) -> Any:
         index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = config.hnsw_ef_construction
     elif config.index_type == "ivf":
-        nlist = max(1, min(config.ivf_nlist, rows // 39))
+        nlist = nlist_for(config, rows)
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
+    elif config.index_type == "ivfpq":
+        factory = factory_string(config, dim, rows)
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors[training_rows(rows, config.train_size)])
+        index.add_with_ids(vectors, np.arange(rows, dtype=np.int64))
+        return index
     else:
         index = faiss.IndexFlatIP(dim)
     index.add(vectors)
     return index
+
+
+class EncodedPassages:
+    """Passage vectors made on demand by the encoder (the `VectorSource` a streamed build
+    reads), `encode_chunk` passages per call to the encoder."""
+
+    def __init__(
+        self,
+        encoder: Any,
+        config: DenseConfig,
+        docs: Sequence[Document],
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.encoder = encoder
+        self.config = config
+        self.docs = docs
+        self.rows = len(docs)
+        self.progress = progress
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """Unit vectors of the passages at `rows`, in that order."""
+        parts = []
+        for start in range(0, len(rows), self.config.encode_chunk):
+            chunk = rows[start : start + self.config.encode_chunk]
+            texts = [self.docs[int(i)].contents for i in chunk]
+            parts.append(encode_texts(self.encoder, self.config, texts, passages=True))
+            if self.progress is not None:
+                self.progress(len(chunk))
+        return np.concatenate(parts)
 
 
 class DenseRetriever:
@@ -147,8 +194,8 @@ class DenseRetriever:
     def _apply_search_params(self) -> None:
         if self.config.index_type == "hnsw":
             self.index.hnsw.efSearch = self.config.hnsw_ef_search
-        elif self.config.index_type == "ivf":
-            self.index.nprobe = self.config.ivf_nprobe
+        elif self.config.index_type in MMAPPED_TYPES:
+            set_search_params(self.index, self.config)
 
     @classmethod
     def build(
@@ -158,27 +205,34 @@ class DenseRetriever:
         corpus: CorpusInfo | None = None,
         progress: Callable[[int], None] | None = None,
         encoder: Any = None,
+        directory: Path | None = None,
+        trained: Path | None = None,
     ) -> DenseRetriever:
-        """Encode every passage (chunk by chunk, reporting to `progress`) and index them.
-        Pass an already loaded `encoder` to skip loading it again."""
+        """Encode every passage (chunk by chunk, telling `progress` how many) and index them.
+        Pass an already loaded `encoder` to skip loading it again. An ivfpq index with a
+        `directory` is built there in a stream (its training sample is encoded first, so
+        `progress` hears of `train_size` more passages) unless `trained` is an already trained
+        empty index to add to (the shards of one corpus share one); other builds happen in
+        memory."""
         config = config or DenseConfig()
         if len(docs) == 0:
             raise RetrievalError("cannot build a dense index over zero documents")
         encoder = encoder if encoder is not None else load_encoder(config)
-        parts = []
-        for start in range(0, len(docs), config.encode_chunk):
-            chunk = docs[start : start + config.encode_chunk]
-            parts.append(encode_texts(encoder, config, [d.contents for d in chunk], passages=True))
-            if progress is not None:
-                progress(len(chunk))
-        vectors = np.concatenate(parts)
         corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
+        source = EncodedPassages(encoder, config, docs, progress)
+        if config.index_type == "ivfpq" and directory is not None:
+            build_ivfpq(config, source, Path(directory), trained=trained)
+            index = read_index(Path(directory) / FAISS_FILE)
+            return cls(encoder, index, docs, config, corpus)
+        vectors = source.vectors(np.arange(len(docs), dtype=np.int64))
         return cls(encoder, _new_index(config, vectors), docs, config, corpus)
 
     def save(self, directory: str | Path) -> None:
         """Write the faiss index, the passages (unless already there) and the manifest."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
+        if self.config.index_type == "ivfpq":
+            copy_ondisk_lists(self.index, out)
         _optional("faiss").write_index(self.index, str(out / FAISS_FILE))
         if not (isinstance(self.docs, DocumentStore) and self.docs.directory == out):
             write_store(self.docs, out)
@@ -205,7 +259,11 @@ class DenseRetriever:
                     "index_type": saved.index_type,
                 },
             )
-        index = _optional("faiss").read_index(str(directory / FAISS_FILE))
+        path = directory / FAISS_FILE
+        if saved.index_type in MMAPPED_TYPES:
+            index = read_index(path)
+        else:
+            index = _optional("faiss").read_index(str(path))
         return cls(load_encoder(saved), index, DocumentStore(directory), saved, manifest.corpus)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:

@@ -12,7 +12,9 @@ non-empty target is replaced only with `force`.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
@@ -35,6 +37,8 @@ from searchrl.retrieval.corpus import CorpusError, CorpusReader, fingerprint_fil
 from searchrl.retrieval.dense import DenseRetriever
 from searchrl.retrieval.hybrid import HybridRetriever
 from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifest
+from searchrl.retrieval.sharding import build_sharded
+from searchrl.retrieval.shards import ShardedRetriever
 from searchrl.retrieval.store import DocumentStore, write_store
 from searchrl.utils.output import atomic_directory, check_output
 
@@ -63,6 +67,16 @@ def _check_expected(directory: Path, corpus: str | Path | None, encoder: str | N
         )
 
 
+def shard_directories(directory: str | Path) -> list[Path]:
+    """The shard directories of a sharded index (`searchrl index --shards N`), or the
+    directory itself for any other index."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if manifest.kind != "sharded":
+        return [directory]
+    return [directory / name for name in manifest.params["shards"]]
+
+
 def load_index(
     directory: str | Path,
     corpus: str | Path | None = None,
@@ -75,12 +89,15 @@ def load_index(
     _check_expected(directory, corpus, encoder)
     manifest = read_manifest(directory)
     if manifest.kind == "bm25":
-        return BM25Retriever.load(directory)
+        return BM25Retriever.load(directory, config.bm25 if config else None)
     if manifest.kind == "dense":
         return DenseRetriever.load(directory, config.dense if config else None)
     if manifest.kind == "hybrid":
         first, second = (load_index(directory / name, config=config) for name, _ in HYBRID_PARTS)
         return HybridRetriever(first, second, from_dict(HybridConfig, manifest.params))
+    if manifest.kind == "sharded":
+        shards = [load_index(d, config=config) for d in shard_directories(directory)]
+        return ShardedRetriever(shards)
     raise RetrievalError(f"{directory}: unknown index kind {manifest.kind!r}")
 
 
@@ -100,6 +117,28 @@ def _directory_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
+@contextlib.contextmanager
+def _bar(console: Console, label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar with passages/s and ETA; yields `advance(n)`."""
+    with _progress(console) as progress:
+        task = progress.add_task(label, total=total, rate="")
+        started = time.perf_counter()
+
+        def advance(n: int) -> None:
+            done = progress.tasks[task].completed + n
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=n, rate=f"{rate:,.0f} passages/s")
+
+        yield advance
+
+
+def _work_total(kind: Kind, rows: int, config: RetrievalConfig) -> int:
+    """Passages a build tokenizes or encodes: ivfpq encodes its training sample first."""
+    if kind == "dense" and config.dense.index_type == "ivfpq":
+        return rows + min(rows, config.dense.train_size)
+    return rows
+
+
 def _build_single(
     kind: Kind, corpus_path: Path, out: Path, config: RetrievalConfig, console: Console
 ) -> None:
@@ -110,20 +149,12 @@ def _build_single(
     corpus = CorpusInfo.of(reader.fingerprint, corpus_path)
     docs = DocumentStore(out)
     verb = "tokenizing" if kind == "bm25" else "encoding"
-    with _progress(console) as progress:
-        task = progress.add_task(f"{kind}: {verb}", total=rows, rate="")
-        started = time.perf_counter()
-
-        def advance(n: int) -> None:
-            done = progress.tasks[task].completed + n
-            rate = done / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, advance=n, rate=f"{rate:,.0f} passages/s")
-
+    with _bar(console, f"{kind}: {verb}", _work_total(kind, rows, config)) as advance:
         retriever: BM25Retriever | DenseRetriever
         if kind == "bm25":
-            retriever = BM25Retriever.build(docs, config.bm25, corpus, advance)
+            retriever = BM25Retriever.build_on_disk(docs, out, config.bm25, corpus, advance)
         else:
-            retriever = DenseRetriever.build(docs, config.dense, corpus, advance)
+            retriever = DenseRetriever.build(docs, config.dense, corpus, advance, directory=out)
         retriever.save(out)
 
 
@@ -135,12 +166,17 @@ def build_index(
     console: Console | None = None,
     *,
     force: bool = False,
+    shards: int = 1,
 ) -> Path:
     """Build a `kind` index of the corpus file into `out_dir`, showing progress and printing
     build time, throughput and size. The target must be absent or empty unless `force`; it
-    changes only when the build has finished (see the module docstring)."""
+    changes only when the build has finished (see the module docstring). `shards` > 1
+    splits the corpus rows into that many indexes that answer together exactly like one
+    (`retrieval.sharding`)."""
     if kind not in KINDS:
         raise RetrievalError(f"unknown index kind {kind!r}; expected one of {list(KINDS)}")
+    if shards < 1 or (shards > 1 and kind == "hybrid"):
+        raise RetrievalError(f"--shards must be at least 1 (and 1 for hybrid), got {shards}")
     config = config or RetrievalConfig()
     console = console or Console(stderr=True)
     corpus_path, out = Path(corpus_path), Path(out_dir)
@@ -149,7 +185,11 @@ def build_index(
     check_output(out, force=force, kind="directory")
     started = time.perf_counter()
     with atomic_directory(out, force=force) as tmp:
-        if kind == "hybrid":
+        if shards > 1:
+            total = _work_total(kind, sum(1 for _ in corpus_path.open("rb")), config)
+            with _bar(console, f"{kind}: {shards} shards", total) as advance:
+                build_sharded(kind, corpus_path, tmp, config, shards, advance)
+        elif kind == "hybrid":
             for name, part in HYBRID_PARTS:
                 _build_single(part, corpus_path, tmp / name, config, console)
             first = read_manifest(tmp / HYBRID_PARTS[0][0])

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -283,6 +286,65 @@ def serve(index_dir: str | Path, config: RetrievalConfig | None = None) -> None:
     config = config or RetrievalConfig()
     read_manifest(index_dir)
     _run(lambda: load_index(index_dir, config=config), config)
+
+
+def serve_shards(
+    index_dirs: Sequence[str | Path],
+    shard_urls: Sequence[str] = (),
+    config: RetrievalConfig | None = None,
+    shard_args: Sequence[str] = (),
+) -> None:
+    """Serve several indexes as one: each directory in its own `searchrl serve` process on
+    127.0.0.1 (started with `shard_args`, e.g. the --config/--set options), plus shards
+    already running at `shard_urls` (other machines); `/retrieve` merges their top k
+    (`retrieval.shards`). `/health` turns ok once every local shard is ready."""
+    from searchrl.retrieval.remote import RemoteRetriever
+    from searchrl.retrieval.shards import ShardedRetriever, ShardServers
+
+    config = config or RetrievalConfig()
+    for directory in index_dirs:
+        read_manifest(directory)
+    scratch = Path(tempfile.mkdtemp(prefix="searchrl-shards-"))
+    collection = bm25_collection(index_dirs, scratch) if not shard_urls else None
+    if collection is not None:
+        shard_args = [*shard_args, "--set", f"bm25.collection={collection}"]
+    servers = ShardServers([Path(d) for d in index_dirs], shard_args)
+
+    def loader() -> Retriever:
+        servers.wait_ready(config.server.shard_ready_timeout_s)
+        urls = [*servers.urls, *shard_urls]
+        return ShardedRetriever([RemoteRetriever(replace(config.remote, url=u)) for u in urls])
+
+    servers.start()
+    try:
+        _run(loader, config)
+    finally:
+        servers.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bm25_collection(index_dirs: Sequence[str | Path], scratch: Path) -> Path | None:
+    """For BM25 indexes built separately (each scored with its own passages' statistics),
+    write the statistics of all their passages together into `scratch` and return the file,
+    so each shard scores as one index of everything would (`bm25.collection`). None when
+    there is nothing to do: not all BM25, or already built as shards of one corpus."""
+    from searchrl.retrieval.bm25 import BM25S_DIR
+    from searchrl.retrieval.bm25_build import LENGTHS_FILE, STATS_FILE, collection_of
+
+    dirs = [Path(d) / BM25S_DIR for d in index_dirs]
+    if len(dirs) < 2 or any(read_manifest(d.parent).kind != "bm25" for d in dirs):
+        return None
+    if not all((d / STATS_FILE).exists() and (d / LENGTHS_FILE).exists() for d in dirs):
+        log.warning("BM25 shards built by an older searchrl: each scores with its own statistics")
+        return None
+    stats = [orjson.loads((d / STATS_FILE).read_bytes()) for d in dirs]
+    total = sum(s["shard_passages"] for s in stats)
+    if all(s["passages"] == total for s in stats):
+        return None  # built by `searchrl index --shards`: whole-corpus statistics already
+    path = scratch / "collection.json"
+    path.write_bytes(orjson.dumps(collection_of(dirs)))
+    log.info("BM25 shards built separately: scoring all %d passages as one collection", total)
+    return path
 
 
 def serve_faiss(

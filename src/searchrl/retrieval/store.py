@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import overload
@@ -21,9 +22,14 @@ OFFSETS_FILE = "documents.offsets.npy"
 
 
 def write_store(docs: Iterable[Document], out_dir: str | Path) -> int:
-    """Write `docs` in order (row i = faiss/BM25 id i) and return how many were written."""
+    """Write `docs` in order (row i = faiss/BM25 id i) and return how many were written. The
+    store of another index is hard-linked, not copied (21M passages are ~5-13 GB; stores are
+    never changed in place, so sharing the files is safe)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    shared = isinstance(docs, DocumentStore)
+    if shared and (docs.directory.resolve() == out.resolve() or _link(docs.directory, out)):
+        return len(docs)  # type: ignore[arg-type]
     offsets = [0]
     with (out / DOCS_FILE).open("wb") as handle:
         for doc in docs:
@@ -32,6 +38,21 @@ def write_store(docs: Iterable[Document], out_dir: str | Path) -> int:
             offsets.append(offsets[-1] + len(line))
     np.save(out / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
     return len(offsets) - 1
+
+
+def _link(source: Path, out: Path) -> bool:
+    """Hard-link a store's two files into `out`; False (nothing left behind) where the
+    filesystem refuses, e.g. across devices."""
+    made = []
+    try:
+        for name in (DOCS_FILE, OFFSETS_FILE):
+            os.link(source / name, out / name)
+            made.append(out / name)
+    except OSError:
+        for path in made:
+            path.unlink()
+        return False
+    return True
 
 
 class DocumentStore(Sequence[Document]):

@@ -1,0 +1,246 @@
+"""Compressed dense indexes built in a stream and served from disk: faiss IVF-PQ.
+
+A Flat index of wiki-18 with MiniLM is 21M × 384 × 4 bytes = 32 GB (64 GB for E5's 768
+dimensions), more than this machine's RAM. IVF-PQ keeps `pq_m` bytes per passage plus its
+8-byte id, and scans only `nprobe` of `nlist` clusters per query.
+
+The build never holds more than one part of vectors:
+
+1. a uniform sample of `train_size` rows trains the coarse k-means and the PQ codebooks;
+2. the vectors are produced part by part (`ivf_part_rows`), each part added to a copy of the
+   trained, empty index and written to disk (a finished part is kept, so a restarted build
+   with the same work directory resumes after it);
+3. faiss's `merge_ondisk` concatenates the parts' inverted lists into one `faiss.ivfdata`
+   file (`OnDiskInvertedLists`), which `faiss.index` refers to.
+
+Serving opens the lists memory-mapped and read-only (`IO_FLAG_ONDISK_SAME_DIR`, and
+`IO_FLAG_MMAP` for an index saved whole), so RAM holds only the centroids and codebooks and
+the operating system pages codes in as queries touch them: an index larger than RAM still
+serves, at the speed of the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from searchrl.config.retrieval import DenseConfig
+from searchrl.retrieval.base import RetrievalError
+
+FAISS_FILE = "faiss.index"
+IVF_DATA_FILE = "faiss.ivfdata"
+MIN_POINTS_PER_CENTROID = 39
+"""faiss warns below 39 training points per centroid; k-means is unreliable there."""
+
+
+class VectorSource(Protocol):
+    """Unit-length float32 vectors of corpus rows (row i = faiss id i), computed on demand:
+    the encoder over passages, or synthetic vectors in the scale benchmark."""
+
+    rows: int
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of `rows` (sorted row numbers), one per row, in that order."""
+        ...
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as err:
+        raise RetrievalError(
+            f"compressed dense indexes need faiss ({err}); pip install 'searchrl[dense]'"
+        ) from None
+    return faiss
+
+
+def auto_nlist(rows: int) -> int:
+    """About √N clusters (a power of two: 4,096 at 21M passages), capped so each cluster gets
+    at least 39 training points. faiss's guideline is 4-16·√N, but k-means over 16,384+
+    centroids needs 640k+ training vectors and CPU-hours on this machine; √N keeps training
+    to minutes and, with nprobe scaled to match, scans as many codes (docs/retrieval.md)."""
+    guess = 2 ** round(math.log2(max(1.0, math.sqrt(rows))))
+    return max(1, min(guess, rows // MIN_POINTS_PER_CENTROID))
+
+
+def nlist_for(config: DenseConfig, rows: int) -> int:
+    """`ivf_nlist`, or the automatic choice when it is 0, never above rows / 39."""
+    return min(config.ivf_nlist or auto_nlist(rows), max(1, rows // MIN_POINTS_PER_CENTROID))
+
+
+def effective_nbits(config: DenseConfig, train_rows: int) -> int:
+    """PQ bits per code, lowered for small corpora so that each of the 2^nbits centroids of
+    a sub-quantizer gets 39 training points (8 bits from ~10k passages up)."""
+    nbits = config.pq_nbits
+    while nbits > 1 and train_rows < (1 << nbits) * MIN_POINTS_PER_CENTROID:
+        nbits -= 1
+    return nbits
+
+
+def factory_string(config: DenseConfig, dim: int, rows: int) -> str:
+    """The faiss `index_factory` description of the index `config` asks for."""
+    nlist = nlist_for(config, rows)
+    m = config.pq_m
+    if config.opq:
+        if m > dim:
+            raise RetrievalError(f"dense.pq_m={m} is larger than the encoder's dimension {dim}")
+        rotation = f"OPQ{m}_{(dim // m) * m},"
+    else:
+        if dim % m:
+            raise RetrievalError(
+                f"dense.pq_m={m} does not divide the encoder's dimension {dim}: choose a "
+                f"divisor of {dim}, or set dense.opq=true"
+            )
+        rotation = ""
+    quantizer = "_HNSW32" if config.ivf_quantizer == "hnsw" else ""
+    nbits = effective_nbits(config, min(rows, config.train_size))
+    return f"{rotation}IVF{nlist}{quantizer},PQ{m}x{nbits}"
+
+
+def training_rows(rows: int, size: int, seed: int = 0) -> np.ndarray:
+    """A sorted uniform sample of `size` rows (all rows when the corpus is smaller)."""
+    if size >= rows:
+        return np.arange(rows, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(rows, size=size, replace=False)).astype(np.int64)
+
+
+def set_search_params(index: Any, config: DenseConfig) -> None:
+    """Apply query-time knobs (nprobe; efSearch of an HNSW coarse quantizer) through any
+    wrapper such as the OPQ rotation."""
+    faiss = _faiss()
+    ivf = faiss.extract_index_ivf(index)
+    ivf.nprobe = min(config.ivf_nprobe, ivf.nlist)
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    if hasattr(quantizer, "hnsw"):
+        quantizer.hnsw.efSearch = max(config.hnsw_ef_search, ivf.nprobe)
+
+
+def read_index(path: str | Path) -> Any:
+    """Open a saved IVF index with its inverted lists memory-mapped read-only: on-disk
+    lists from the `faiss.ivfdata` next to it (wherever the directory was moved), lists
+    saved inside the index file mapped in place. (faiss crashes on the two flags combined,
+    so the file decides.)"""
+    faiss = _faiss()
+    path = Path(path)
+    if (path.parent / IVF_DATA_FILE).exists():
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+    else:
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
+    return faiss.read_index(str(path), flags)
+
+
+def copy_ondisk_lists(index: Any, out: Path) -> None:
+    """Copy the `faiss.ivfdata` an index maps into `out`, unless it is already there (saving
+    an index to another directory must take its on-disk lists along)."""
+    faiss = _faiss()
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    if isinstance(lists, faiss.OnDiskInvertedLists):
+        source = Path(lists.filename)
+        target = out / IVF_DATA_FILE
+        if not target.exists() or not source.samefile(target):
+            shutil.copyfile(source, target)
+
+
+def _fingerprint(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+class IVFPQBuilder:
+    """Train → add in parts → merge, with every step's output on disk in `work` (see the
+    module docstring). Parts from an earlier run are reused only if they were added to the
+    same trained index."""
+
+    def __init__(self, config: DenseConfig, source: VectorSource, work: Path) -> None:
+        self.config = config
+        self.source = source
+        self.work = work
+        self.faiss = _faiss()
+
+    def train(self, progress: Callable[[str, int, int], None] | None = None) -> Path:
+        """Train on a uniform sample of the source (or reuse `work/trained.index`); returns
+        the trained, empty index's path. Shards of one corpus share it."""
+        path = self.work / "trained.index"
+        if path.exists():
+            return path
+        self.work.mkdir(parents=True, exist_ok=True)
+        sample = training_rows(self.source.rows, self.config.train_size)
+        parts = []
+        for start in range(0, len(sample), self.config.ivf_part_rows):
+            chunk = sample[start : start + self.config.ivf_part_rows]
+            parts.append(self.source.vectors(chunk))
+            if progress is not None:
+                progress("train-sample", len(chunk), len(sample))
+        vectors = np.concatenate(parts)
+        factory = factory_string(self.config, vectors.shape[1], self.source.rows)
+        index = self.faiss.index_factory(vectors.shape[1], factory, self.faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        tmp = path.with_suffix(".tmp")
+        self.faiss.write_index(index, str(tmp))
+        tmp.replace(path)
+        return path
+
+    def build(
+        self,
+        out: Path,
+        progress: Callable[[str, int, int], None] | None = None,
+        trained: Path | None = None,
+    ) -> Any:
+        """Write `faiss.index` + `faiss.ivfdata` into `out`; return the merged index.
+        `trained` = an already trained index to add to (else `train()` runs first);
+        `progress(stage, n, total)` hears of every sample chunk and part done."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        trained = trained or self.train(progress)
+        key = _fingerprint(trained)
+        step = self.config.ivf_part_rows
+        part_files = []
+        for number, start in enumerate(range(0, self.source.rows, step)):
+            stop = min(start + step, self.source.rows)
+            part = self.work / f"part-{key}-{number:05d}.index"
+            if not part.exists():
+                rows = np.arange(start, stop, dtype=np.int64)
+                index = self.faiss.read_index(str(trained))
+                index.add_with_ids(self.source.vectors(rows), rows)
+                tmp = part.with_suffix(".tmp")
+                self.faiss.write_index(index, str(tmp))
+                tmp.replace(part)
+            part_files.append(str(part))
+            if progress is not None:
+                progress("add", stop - start, self.source.rows)
+        from faiss.contrib.ondisk import merge_ondisk
+
+        merged = self.faiss.read_index(str(trained))
+        merge_ondisk(merged, part_files, str(out / IVF_DATA_FILE))
+        if merged.ntotal != self.source.rows:
+            raise RetrievalError(f"merged {merged.ntotal} vectors, expected {self.source.rows}")
+        self.faiss.write_index(merged, str(out / FAISS_FILE))
+        return merged
+
+
+def build_ivfpq(
+    config: DenseConfig,
+    source: VectorSource,
+    out: Path,
+    work: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    trained: Path | None = None,
+) -> Any:
+    """Build an IVF-PQ index of `source` into directory `out` (see `IVFPQBuilder`), adding
+    to `trained` when given. Without `work` the parts go to a scratch folder inside `out`
+    that is deleted afterwards."""
+    scratch = work is None
+    work = work if work is not None else out / ".ivfpq-parts"
+    try:
+        return IVFPQBuilder(config, source, work).build(out, progress, trained)
+    finally:
+        if scratch:
+            shutil.rmtree(work, ignore_errors=True)
