@@ -398,7 +398,11 @@ def _demo_rl() -> TrainConfig:
     """Two GRPO steps with dynamic sampling's filter (4 prompts × 4 samples, groups with equal
     rewards skipped, no top-up round); held-out EM on 100 test questions before and after.
     Sized for the 15-minute budget: from a fresh clone with 3 steps of up to 2 rounds,
-    `make demo` took 16.6 min on the idle 2-core machine (SFT 5.9 min, 3 steps 62/95/112 s)."""
+    `make demo` took 16.6 min on the idle 2-core machine (SFT 5.9 min, 3 steps 62/95/112 s).
+
+    Against the drift toward searching until the turn budget runs out (docs/training.md): Dr.
+    GRPO's length-neutral loss, −0.5 for ending without an answer, five search turns for
+    four-hop questions, and an answer forced in the final round."""
     return TrainConfig(
         steps=2,
         batch_size=4,
@@ -411,12 +415,20 @@ def _demo_rl() -> TrainConfig:
         algo=AlgoConfig(
             advantage="grpo",
             kl_coef=0.0,
+            loss_agg="seq-mean-token-sum-norm",
             dynamic_sampling=True,
             max_sampling_rounds=1,
             behaviour_correction="off",
         ),
         optim=OptimConfig(lr=1e-5, warmup_ratio=0.0, grad_clip=1.0),
-        rollout=RolloutConfig(max_response_tokens=120, max_obs_tokens=300, max_total_tokens=2048),
+        reward=RewardConfig(no_answer_score=-0.5),
+        rollout=RolloutConfig(
+            max_turns=5,
+            force_answer=True,
+            max_response_tokens=120,
+            max_obs_tokens=300,
+            max_total_tokens=2048,
+        ),
         logging=LoggingConfig(progress=True),
     )
 

@@ -6,11 +6,19 @@ an Intel Xeon that reports AVX512-BF16 without AMX ran the same matmul at 0.6x t
 fp32 (30 vs 49 GFLOP/s), and AVX2-only CPUs emulate it ~50x slower than fp32. So the CPU flags
 only rule bf16 out (no AVX512-BF16 or AMX: emulated, never fast, no need to measure); where
 they allow it, a short probe of the model's own matmul shape in both precisions decides.
+
+The verdict is kept per machine ($XDG_CACHE_HOME/searchrl/bf16_probe.json, keyed by CPU model,
+flags and torch version): a probe on a busy machine can land either side of the bar, and two
+processes of one job (a killed evaluation and its restart, a trainer and its evaluator) must
+agree on the precision they generate in. `SEARCHRL_BF16=0|1` overrides both.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import time
 from pathlib import Path
 
@@ -19,16 +27,57 @@ import torch
 _FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def _cpu_flags() -> set[str] | None:
-    """The `flags` of /proc/cpuinfo, or None where it does not exist (not Linux)."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first `name` line of /proc/cpuinfo, or None where it does not exist (not Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
+        if line.startswith(name):
+            return line.partition(":")[2].strip()
     return None
+
+
+def _cpu_flags() -> set[str] | None:
+    """The `flags` of /proc/cpuinfo, or None where it does not exist (not Linux)."""
+    flags = _cpuinfo_field("flags")
+    return None if flags is None else set(flags.split())
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "searchrl" / "bf16_probe.json"
+
+
+def _machine_key() -> str:
+    """CPU model + flags + torch version: what the probe's verdict depends on."""
+    parts = (_cpuinfo_field("model name") or "", _cpuinfo_field("flags") or "", torch.__version__)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _remembered_probe() -> bool:
+    """The probe's verdict for this machine, measured once and kept in the cache file (a
+    cache that cannot be read or written only costs a new probe)."""
+    path, key = _cache_file(), _machine_key()
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), dict):
+        return bool(known[key]["fast"])
+    speedup = _probe_bf16_speedup()
+    fast = speedup > FAST_ENOUGH
+    known = known if isinstance(known, dict) else {}
+    known[key] = {"fast": fast, "speedup": round(speedup, 3), "torch": torch.__version__}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError:
+        pass
+    return fast
 
 
 def _probe_bf16_speedup(rows: int = 512, repeats: int = 3) -> float:
@@ -57,11 +106,14 @@ sync, and bf16 sampling differs slightly from the fp32 policy being trained."""
 @functools.cache
 def cpu_has_fast_bf16() -> bool:
     """True when bf16 matmuls measurably beat fp32 on this CPU (flags that rule bf16 out skip
-    the probe: emulated bf16 is never fast)."""
+    the probe: emulated bf16 is never fast; `SEARCHRL_BF16=0|1` decides without one)."""
+    forced = os.environ.get("SEARCHRL_BF16", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
     flags = _cpu_flags()
     if flags is not None and not any(flag in flags for flag in _FAST_BF16_FLAGS):
         return False
-    return _probe_bf16_speedup() > FAST_ENOUGH
+    return _remembered_probe()
 
 
 def fast_bf16(device: torch.device) -> bool:

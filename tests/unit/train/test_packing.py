@@ -212,7 +212,16 @@ def test_packed_and_padded_give_the_same_policy_update() -> None:
         weights = make_loss_weights("seq-mean-token-mean")
         params = list(model.parameters())
         stats = optimize(
-            params, optimizer, rows, weights, mask, micro, 0.0, loss, "actor", lengths, cap
+            params,
+            optimizer,
+            rows,
+            lambda picked: weights(mask[picked]),
+            micro,
+            0.0,
+            loss,
+            "actor",
+            lengths,
+            cap,
         )
         return stats, [p.detach().clone() for p in model.parameters()]
 
