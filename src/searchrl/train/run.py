@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     Progress,
@@ -60,6 +61,7 @@ from searchrl.train.sft import (
     solved_references,
 )
 from searchrl.types import Question, Trajectory
+from searchrl.utils.progress import LineProgress
 from searchrl.utils.progress import progress_bar as progress_bar_eta
 
 
@@ -117,15 +119,22 @@ def write_config(config: object, out_dir: Path) -> None:
 
 
 @contextmanager
-def progress_bar(enabled: bool, total: int, done: int, label: str) -> Iterator[Progress | None]:
-    """A rich progress bar (or nothing, e.g. in tests and on non-zero ranks)."""
+def progress_bar(
+    enabled: bool, total: int, done: int, label: str
+) -> Iterator[Progress | LineProgress | None]:
+    """A rich progress bar (or nothing, e.g. in tests and on non-zero ranks); plain lines
+    where no terminal can redraw it (`LineProgress`)."""
     if not enabled:
         yield None
+        return
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield LineProgress(label, total, done, stream=console.file)
         return
     columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                TextColumn("{task.description}"))  # fmt: skip
-    with Progress(*columns) as progress:
+    with Progress(*columns, console=console) as progress:
         progress.add_task("", total=total, completed=done)
         yield progress
 
@@ -134,7 +143,9 @@ class LiveStep:
     """What the RL bar says while a step runs (a CPU step takes minutes): the step, the stage
     it is in, and the turns generated so far, after the last step's summary."""
 
-    def __init__(self, bar: Progress | None, summary: Callable[[dict[str, float]], str]) -> None:
+    def __init__(
+        self, bar: Progress | LineProgress | None, summary: Callable[[dict[str, float]], str]
+    ) -> None:
         self.bar, self.summary = bar, summary
         self.step, self.name, self.generated, self.last = 0, "", 0, ""
 
