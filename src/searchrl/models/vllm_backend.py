@@ -31,7 +31,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +117,22 @@ def _on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def _raise_exit(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `timeout`, a job scheduler) exit through Python's normal shutdown.
+    By default it ends the interpreter without running atexit hooks, and vLLM's engine
+    processes outlive the command: an orphaned CPU engine held 4 GB and a quarter of a core for
+    49 minutes here after its training run was killed. Only where no handler was installed,
+    and only from the main thread (the only one that may install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_exit)
+
+
 class VLLMBackend:
     """`GenerationBackend` over a `vllm.LLM` engine."""
 
@@ -132,6 +151,7 @@ class VLLMBackend:
         # Registered after multiprocessing's own exit hook, so it runs first: a command that
         # never calls `close` would otherwise hang at exit joining the engine's processes.
         atexit.register(self.close)
+        exit_on_sigterm()  # and a killed command runs it too
 
     @classmethod
     def create(
