@@ -26,8 +26,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from searchrl.config.data import world_preset
 from searchrl.config.eval import EvalConfig
@@ -162,6 +164,34 @@ def cells(args: argparse.Namespace) -> list[Cell]:
     return out
 
 
+class OnePolicy:
+    """The loaded policy of the current cell's model, one at a time: the next model's load
+    closes the previous engine first. A vLLM engine holds a worker process and its whole KV
+    cache (`model.vllm_kv_cache_gib`) until closed, so keeping every model a grid uses loaded
+    (the embedded instruct model and each checkpoint) multiplied that memory on a 24 GiB
+    machine. Cells of one model are mostly adjacent (`ORDER`), so a switch back costs one
+    reload."""
+
+    def __init__(self, load: Callable[[str], Any]):
+        self.load = load
+        self.model: str | None = None
+        self.policy: Any = None
+
+    def __call__(self, model: str) -> Any:
+        if model != self.model:
+            self.close()
+            self.policy, self.model = self.load(model), model
+        return self.policy
+
+    def close(self) -> None:
+        """Stop the engine (vLLM; an HF or CTranslate2 model is freed with its last
+        reference)."""
+        close = getattr(getattr(self.policy, "backend", None), "close", None)
+        if callable(close):
+            close()
+        self.policy, self.model = None, None
+
+
 class Tracker:
     """One log line per batch: the cell, its questions, and all cells' questions with an ETA
     from this session's rate (methods differ in cost, so it is rough early on)."""
@@ -219,11 +249,11 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
             return str(fine_tune(args, method, world))
         return str(_checkpoint(args, method)) if method in TRAINED else "embedded"
 
-    @functools.cache
-    def policy(model: str):  # one load per checkpoint, shared by the cells that use it
-        return load_policy(
+    policy = OnePolicy(
+        lambda model: load_policy(
             replace(base.model, name_or_path=model), max_model_len=base.rollout.max_total_tokens
         )
+    )
 
     @functools.cache
     def retriever(name: str):
@@ -251,6 +281,7 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
         em = summary["overall"]["em"]
         print(f"{cell.name}: EM {em['mean']:.3f} [{em['low']:.3f}, {em['high']:.3f}], "
               f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+    policy.close()
 
 
 def main() -> None:
