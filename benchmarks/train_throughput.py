@@ -23,6 +23,7 @@ where it stopped. Wall-clock tokens/s is the headline; tokens per CPU-second is 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -147,8 +148,13 @@ def _worker(args: argparse.Namespace) -> None:
         loss = policy_micro_loss(policy, exp, settings, None)
         rows = minibatches(len(rl_trajs), 1, torch.Generator().manual_seed(0))  # as the trainer
         caps = {"lengths": batch.attention_mask.sum(1), **rl_tokens} if rl_tokens else {}
+        # the old tree takes (weights, mask); since the refiner merge it takes weigh(rows)
+        if "weigh" in inspect.signature(optimize).parameters:
+            aggregation: tuple[object, ...] = (lambda picked: weights(mask[picked]),)
+        else:
+            aggregation = (weights, mask)
         optimize(
-            trainable(policy), optimizer, rows, weights, mask, micro, 1.0, loss, "actor", **caps
+            trainable(policy), optimizer, rows, *aggregation, micro, 1.0, loss, "actor", **caps
         )
 
     policy.train()
