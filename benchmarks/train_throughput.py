@@ -61,7 +61,12 @@ def _worker(args: argparse.Namespace) -> None:
 
     from searchrl.algo.losses import make_loss_weights
     from searchrl.config.model import ModelConfig
-    from searchrl.config.train import DemoConfig, PolicyConfig
+    from searchrl.config.train import PolicyConfig
+
+    try:  # its own module since the demo settings moved out of config.train
+        from searchrl.config.demo import DemoConfig
+    except ImportError:  # the old tree
+        from searchrl.config.train import DemoConfig  # type: ignore[attr-defined,no-redef]
     from searchrl.data.world.solver import load_references
     from searchrl.train.collate import collate
     from searchrl.train.environment import load_policy

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from searchrl.config.demo import DemoConfig
 from searchrl.config.loading import load_config
-from searchrl.config.train import DemoConfig
 
 
 def demo(

@@ -18,8 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from searchrl.config.demo import DemoConfig
 from searchrl.config.loading import to_dict
-from searchrl.config.train import DemoConfig
 from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import generate_world, write_world
 from searchrl.eval.stats import mean_ci, paired_test

@@ -12,10 +12,11 @@ import pytest
 from searchrl.config import ConfigError, check_config, from_dict, load_config
 from searchrl.config.checks import Fraction, PositiveInt, Range, Satisfies, positive_total
 from searchrl.config.data import MixConfig, WorldConfig
+from searchrl.config.demo import DemoConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import DemoConfig, SFTConfig, TrainConfig
+from searchrl.config.train import SFTConfig, TrainConfig
 
 ROOTS = (TrainConfig, SFTConfig, DemoConfig, RetrievalConfig, WorldConfig, MixConfig)
 

@@ -4,9 +4,10 @@ before this, `searchrl demo rl.steps=5` trained with TrainConfig's batch of 512 
 
 from __future__ import annotations
 
+from searchrl.config.demo import DemoConfig
 from searchrl.config.eval import EvalConfig
 from searchrl.config.loading import from_dict, load_config
-from searchrl.config.train import DemoConfig, TrainConfig
+from searchrl.config.train import TrainConfig
 
 
 def test_demo_override_keeps_the_demo_rl_settings() -> None:
