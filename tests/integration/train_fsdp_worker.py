@@ -14,8 +14,9 @@ from searchrl.models.ct2_backend import build_spec
 from searchrl.reward.outcome import em_reward
 from searchrl.train import checkpoint as ckpt
 from searchrl.train.fsdp import full_tensor
-from searchrl.train.loop import Distributed, Trainer
+from searchrl.train.loop import Trainer
 from searchrl.train.models import frozen_reference, prepare_policy
+from searchrl.train.ports import Distributed
 from searchrl.train.run import seed_everything, setup_distributed
 
 

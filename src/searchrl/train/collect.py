@@ -25,7 +25,7 @@ from searchrl.types import Trajectory
 if TYPE_CHECKING:
     from torch import nn
 
-    from searchrl.train.loop import Distributed, RefineFn, RolloutFn
+    from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 
 
 class Collected(NamedTuple):

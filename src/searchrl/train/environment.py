@@ -27,8 +27,8 @@ from searchrl.models.loading import (
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
-from searchrl.train.loop import RolloutFn
 from searchrl.train.models import merged_for_export, prepare_policy
+from searchrl.train.ports import RolloutFn
 from searchrl.types import Question
 from searchrl.utils.output import atomic_directory
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,7 +34,7 @@ from searchrl.algo.behaviour import behaviour_logprobs, truncated_importance_wei
 from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
 from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
-from searchrl.refiner import RefineOutcome, meta_rows
+from searchrl.refiner import meta_rows
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
 from searchrl.train import checkpoint as ckpt
@@ -59,6 +58,7 @@ from searchrl.train.models import (
     use_bf16,
     warmup_then_constant,
 )
+from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 from searchrl.train.sampling import PromptSampler
 from searchrl.train.update import (
     Experience,
@@ -80,36 +80,6 @@ def loss_norm_tokens(config: TrainConfig) -> int:
     if config.algo.loss_norm_tokens > 0:
         return config.algo.loss_norm_tokens
     return (config.rollout.max_turns + 1) * config.rollout.max_response_tokens
-
-
-class RolloutFn(Protocol):
-    """Questions → trajectories (`n_samples` each, grouped by question uid)."""
-
-    def __call__(
-        self, questions: Sequence[Question], *, n_samples: int, seed: int, greedy: bool
-    ) -> list[Trajectory]: ...
-
-
-class RefineFn(Protocol):
-    """Finished trajectories → the Meta-Refiner's outcome (final trajectories and probes)."""
-
-    def __call__(
-        self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True
-    ) -> RefineOutcome: ...
-
-
-@dataclass
-class Distributed:
-    """This process's place among the training processes (1 of 1 without accelerate)."""
-
-    rank: int = 0
-    world_size: int = 1
-    wrap: Callable[[nn.Module], nn.Module] = lambda module: module
-    barrier: Callable[[], None] = lambda: None
-    reduce: Callable[[int, str], int] = lambda value, op: value
-    """All-reduce of one integer over the processes, op "sum" or "min"."""
-    sharded: bool = False
-    """FSDP: `wrap` shards in place; checkpoints and weight gathers involve every rank."""
 
 
 class Trainer:

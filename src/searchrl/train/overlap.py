@@ -39,8 +39,9 @@ from searchrl.config.errors import ConfigError
 from searchrl.config.train import TrainConfig
 from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.train.collect import rollout_seed
-from searchrl.train.loop import RolloutFn, Trainer
+from searchrl.train.loop import Trainer
 from searchrl.train.models import merged_for_export
+from searchrl.train.ports import RolloutFn
 from searchrl.train.sampling import PromptSampler
 from searchrl.types import Question, Trajectory
 

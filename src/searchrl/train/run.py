@@ -47,11 +47,12 @@ from searchrl.train.environment import (
     make_backend,
     make_rollout_fn,
 )
-from searchrl.train.loop import Distributed, Trainer
+from searchrl.train.loop import Trainer
 from searchrl.train.meta_sft import meta_report, warm_start_meta
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
+from searchrl.train.ports import Distributed
 from searchrl.train.sft import (
     baseline_examples,
     reference_trajectory,
