@@ -24,6 +24,16 @@ Device = Annotated[
     ),
 ]
 GpuShare = Annotated[float, Range(gt=0, le=1)]
+CoreList = Annotated[
+    str,
+    Satisfies(
+        lambda v: (
+            re.fullmatch(r"auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*", v)
+            is not None
+        ),
+        'vLLM\'s core list ("auto", "nobind", "0", "0-1", "0,2-3")',
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ class ModelConfig:
     """vLLM KV block size in tokens; 0 = vLLM's default (128 on CPU, 16 on GPU). Prefix
     caching reuses whole blocks only, so smaller blocks re-prefill less of each turn."""
 
-    vllm_threads_bind: NonEmptyStr = "auto"
+    vllm_threads_bind: CoreList = "auto"
     """vLLM on a CPU: cores its worker's OpenMP threads are bound to (`VLLM_CPU_OMP_THREADS_BIND`):
     `auto` (vLLM keeps one core for its scheduler and binds the rest), a list such as `0` or
     `0-1`, or `nobind`."""
