@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -168,6 +169,8 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
     tokenizer = load_tokenizer(config)
     tokenizer_dir = tempfile.mkdtemp(prefix="searchrl-tokenizer-")
     tokenizer.save_pretrained(tokenizer_dir)
+    # vLLM reads the model type from the tokenizer's folder too (it logs an ERROR without it)
+    AutoConfig.from_pretrained(source).save_pretrained(tokenizer_dir)
     backend = VLLMBackend.create(
         source,
         tokenizer,
@@ -176,6 +179,7 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
         dtype=dtype,
         max_model_len=max_model_len,
     )
+    backend.remove_on_close(Path(tokenizer_dir))
     return Policy(backend=backend, tokenizer=tokenizer, model=None)
 
 

@@ -203,8 +203,12 @@ class VLLMBackend:
             dtype=dtype,
             max_model_len=max_model_len,
         )
-        backend._scratch.append(directory)
+        backend.remove_on_close(directory)
         return backend
+
+    def remove_on_close(self, directory: Path) -> None:
+        """A scratch folder the engine reads (its tokenizer's) that `close` removes."""
+        self._scratch.append(directory)
 
     def sync_weights(self, source: Any) -> None:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a

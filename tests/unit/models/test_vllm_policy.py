@@ -1,0 +1,46 @@
+"""Loading a model directory behind the vLLM backend hands the engine a tokenizer folder it can
+read (runs without vLLM: the engine start is replaced by a stand-in that looks at the folder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from searchrl.config.model import ModelConfig
+from searchrl.models import loading, vllm_backend
+from searchrl.models.vllm_backend import VLLMBackend
+
+
+def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """vLLM logged "ERROR ... Error parsing config for /tmp/searchrl-tokenizer-…: Should have
+    a `model_type` key" at every start (twice, with retries), and the folder was never removed."""
+    model_dir = tmp_path / "model"
+    tiny.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    seen: dict[str, Any] = {}
+
+    def start(cls: type, model: str, tok: Any, config: ModelConfig, **kwargs: Any) -> Any:
+        folder = Path(kwargs["tokenizer_dir"])
+        seen["folder"] = folder
+        seen["model_type"] = json.loads((folder / "config.json").read_text())["model_type"]
+        seen["tokenizer"] = (folder / "tokenizer_config.json").is_file()
+        return VLLMBackend(object(), tok)
+
+    monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
+    monkeypatch.setattr(vllm_backend, "engine_dtype", lambda config, device: "float32")
+    monkeypatch.setattr(VLLMBackend, "create", classmethod(start))
+    config = ModelConfig(name_or_path=str(model_dir), backend="vllm")
+    policy = loading.load_policy(config, max_model_len=256)
+    assert seen["model_type"] == "llama" and seen["tokenizer"]
+    policy.backend.close()
+    assert not seen["folder"].exists()
