@@ -27,7 +27,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.types import Question, Segment, Trajectory
 from searchrl.utils.output import check_output
 from searchrl.utils.progress import progress_bar
-from searchrl.utils.threads import choose_threads
+from searchrl.utils.threads import current_threads
 
 ROLE_STYLES = {"policy": "green", "env": "blue", "meta": "magenta"}
 
@@ -162,7 +162,7 @@ def rollout(
     _check_engine(index, url)
     console = Console(stderr=True, highlight=False)
     model_config = _default_model(model_config, explicit, console)
-    console.print(f"torch: {choose_threads().describe()}", style="dim")
+    console.print(f"torch: {current_threads().describe()}", style="dim")
     # torch/transformers load here, not at import, so `searchrl --help` stays instant.
     from searchrl.models.loading import load_policy
     from searchrl.rollout.runner import rollout_to_file
@@ -204,7 +204,7 @@ def chat(
 
     retriever = _open_engine(index, url)
     console.print(
-        f"loading {model_config.name_or_path} ({choose_threads().describe()}) …", style="dim"
+        f"loading {model_config.name_or_path} ({current_threads().describe()}) …", style="dim"
     )
     policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens)
     console.print("Ask a question (Ctrl-D to quit).", style="bold")

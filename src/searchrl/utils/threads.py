@@ -132,7 +132,18 @@ def apply_threads(explicit: int = 0) -> ThreadChoice:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(choice.threads)
+    _applied.append(choice)
     return choice
+
+
+_applied: list[ThreadChoice] = []
+"""Choices `apply_threads` made in this process, latest last."""
+
+
+def current_threads() -> ThreadChoice:
+    """The choice this process runs with: the one `apply_threads` made (its reason, not
+    "OMP_NUM_THREADS=1", which it exported itself), else a fresh one."""
+    return _applied[-1] if _applied else choose_threads()
 
 
 def bound_cores(bind: str, cores: int) -> int:

@@ -113,3 +113,22 @@ def test_engine_threads_reach_children_and_are_restored(monkeypatch: pytest.Monk
         seen = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
     assert seen.stdout.split() == ["1", "1"]
     assert os.environ["OMP_NUM_THREADS"] == "2" and "MKL_NUM_THREADS" not in os.environ
+
+
+def test_commands_report_the_reason_of_their_own_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`searchrl rollout` printed "1 thread (OMP_NUM_THREADS=1)" on a busy machine: the reason
+    was the variable `apply_threads` had just exported, not the busy cores that chose it."""
+    import torch
+
+    before = torch.get_num_threads()
+    for name in ("OMP_NUM_THREADS", "SEARCHRL_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 2.0)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "_applied", [])
+    try:
+        chosen = apply_threads()
+        assert chosen.threads == 1 and "busy" in chosen.reason
+        assert threads.current_threads() == chosen
+    finally:
+        torch.set_num_threads(before)
