@@ -243,11 +243,13 @@ class Trainer:
                 old_values = batched_values(self.critic, batch, micro, bf16)
         zeros = torch.zeros_like(old_logp)
         tis_weight, mismatch = None, {}
-        if self.correct_behaviour:
+        if self.correct_behaviour or not self.settings.on_policy:
+            # the gap is logged whenever π_old was computed anyway; applied only when correcting
             behaviour = behaviour_logprobs(trajectories, batch.response_length)
-            tis_weight, mismatch = truncated_importance_weights(
+            weights, mismatch = truncated_importance_weights(
                 old_logp, behaviour, mask, self.config.algo.tis_cap
             )
+            tis_weight = weights if self.correct_behaviour else None
         return Experience(
             batch, mask, old_logp, zeros, ref_logp, None, old_values, tis_weight, mismatch
         )

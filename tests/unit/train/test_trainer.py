@@ -258,3 +258,31 @@ def test_engine_mismatch_is_corrected_and_logged() -> None:
         batch_size=2, mini_batch_size=2, model={"backend": "hf", "generation_dtype": "float32"}
     )
     assert not exact.correct_behaviour
+
+
+def test_an_exact_engine_is_not_corrected_but_its_gap_is_logged() -> None:
+    """fp32 vLLM training logged `behaviour/logp_abs_diff_mean` 0.0 at every step: the engine
+    was taken as exact and its gap to the trainer never measured, although π_old was computed
+    for the second mini-batch anyway."""
+    behaviour = -3.0
+
+    def rollout(qs, *, n_samples, seed, greedy):  # type: ignore[no-untyped-def]
+        trajectories = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
+        for traj in trajectories:
+            for segment in traj.segments:
+                if segment.role == "policy":
+                    segment.logprobs = [behaviour] * len(segment.token_ids)
+        return trajectories
+
+    config = tiny_config(
+        batch_size=2, mini_batch_size=1, model={"backend": "hf", "generation_dtype": "float32"}
+    )
+    policy = prepare_policy(tiny_llama(), config.policy)
+    trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
+                      em_reward, questions())  # fmt: skip
+    assert not trainer.correct_behaviour and not trainer.settings.on_policy
+    exp = trainer._experience(rollout(trainer.sampler.next_batch(2), n_samples=2, seed=0,
+                                      greedy=False))  # fmt: skip
+    assert exp.tis_weight is None
+    gap = (exp.old_logp - behaviour)[exp.mask > 0]
+    assert exp.mismatch["behaviour/logp_abs_diff_mean"] == pytest.approx(float(gap.abs().mean()))
