@@ -28,8 +28,8 @@ unseen world.
 | `ppo` | the recipe's levers with PPO and its critic (GAE, KL in the reward) |
 
 Every stage is a CLI call whose output folder marks it done, so a killed benchmark resumes
-where it stopped (training resumes from its last checkpoint). SFT and RL wall times are
-recorded per seed (`times.json`).
+where it stopped (training resumes from its last checkpoint). SFT and RL wall and CPU times
+are recorded per seed (`times.json`; CPU = every process of the stage, engines included).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from searchrl.eval.stats import PairedResult, paired_test
-from stages import HOPS, ROLLOUT, call, searchrl
+from stages import HOPS, ROLLOUT, call, read_times, record, searchrl
 
 OLD = ("algo.loss_agg=seq-mean-token-mean", "reward.no_answer_score=0.0",
        "rollout.force_answer=false", "rollout.max_turns=4", "optim.lr=1e-5",
@@ -76,9 +76,6 @@ class Seed:
         self.args = args
         self.dir.mkdir(parents=True, exist_ok=True)
         self.times_path = self.dir / "times.json"
-        self.times: dict[str, float] = (
-            json.loads(self.times_path.read_text()) if self.times_path.is_file() else {}
-        )
 
     def stages(self) -> list[str]:
         """Every stage the requested arms need, in the order they run."""
@@ -142,9 +139,8 @@ class Seed:
         marker, commands = self.commands(stage)
         if marker.exists():
             return
-        seconds = sum(call(cmd, self.dir / f"{stage}.log", threads) for cmd in commands)
-        self.times[stage] = self.times.get(stage, 0.0) + seconds
-        self.times_path.write_text(json.dumps(self.times, indent=2) + "\n")
+        log = self.dir / f"{stage}.log"
+        record(self.times_path, stage, [call(cmd, log, threads) for cmd in commands])
 
 
 def run_all(root: Path, args: argparse.Namespace) -> None:
@@ -281,13 +277,14 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     for label, diffs in gains.items():
         lines.append(f"| mean | {label} | {statistics.fmean(diffs):+.3f} over {len(diffs)} "
                      "seed(s) | | |")  # fmt: skip
-    lines += ["", "| seed | stage | minutes |", "|---|---|---|"]
+    lines += ["", "| seed | stage | wall minutes | CPU minutes |", "|---|---|---|---|"]
     for seed in seeds:
-        path = root / f"seed{seed}" / "times.json"
-        times = json.loads(path.read_text()) if path.is_file() else {}
+        times = read_times(root / f"seed{seed}" / "times.json")
         for stage in ("sft", "sft_weak", *arms):
             if stage in times:
-                lines.append(f"| {seed} | {stage} | {times[stage] / 60:.1f} |")
+                cpu = times[stage]["cpu"]
+                shown = "not recorded" if cpu is None else f"{cpu / 60:.1f}"
+                lines.append(f"| {seed} | {stage} | {times[stage]['wall'] / 60:.1f} | {shown} |")
     _plot(root, seeds, arms)
     table = "\n".join(lines)
     (root / "summary.md").write_text(table + "\n")

@@ -34,14 +34,13 @@ stage is a CLI call whose output marks it done, so a killed run resumes where it
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from search_r2_summary import summarize
-from stages import HOPS, ROLLOUT, call, searchrl
+from stages import HOPS, ROLLOUT, call, record, searchrl
 
 R1 = ("refiner.enabled=false", "refiner.joint=false", "reward.kind=em")
 TRACES_ONLY = ("refiner.joint=false", "reward.kind=em")
@@ -79,9 +78,6 @@ class Seed:
         self.args = args
         self.dir.mkdir(parents=True, exist_ok=True)
         self.times_path = self.dir / "times.json"
-        self.times: dict[str, float] = (
-            json.loads(self.times_path.read_text()) if self.times_path.is_file() else {}
-        )
 
     def _world(self) -> list[list[str]]:
         world, index = self.dir / "world", self.dir / "world_bm25"
@@ -145,9 +141,8 @@ class Seed:
         marker, commands = self.commands(stage)
         if marker.exists():
             return
-        seconds = sum(call(cmd, self.dir / f"{stage}.log", threads) for cmd in commands)
-        self.times[stage] = self.times.get(stage, 0.0) + seconds
-        self.times_path.write_text(json.dumps(self.times, indent=2) + "\n")
+        log = self.dir / f"{stage}.log"
+        record(self.times_path, stage, [call(cmd, log, threads) for cmd in commands])
 
 
 def run_all(root: Path, args: argparse.Namespace) -> None:

@@ -4,12 +4,14 @@ output in a log) is run."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 HOPS = "[0.25, 0.25, 0.25, 0.25]"
 ROLLOUT = ("rollout.max_response_tokens=120", "rollout.max_obs_tokens=300",
@@ -24,14 +26,43 @@ def searchrl(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "searchrl"), *args]
 
 
-def call(cmd: Sequence[str], log: Path, threads: int) -> float:
-    """Run one stage with its output in `log`; returns its wall seconds."""
+class Spent(NamedTuple):
+    """What one stage cost: wall seconds and CPU seconds (user + system of the stage's process
+    and every process it waited for: a vLLM engine's scheduler and worker count too)."""
+
+    wall: float
+    cpu: float
+
+
+def call(cmd: Sequence[str], log: Path, threads: int) -> Spent:
+    """Run one stage with its output in `log`. The CPU time comes from `wait4` on this stage's
+    own process, so stages run side by side (`--parallel`) are not mixed up."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "SEARCHRL_THREADS": str(threads)}
     start = time.perf_counter()
     with log.open("ab") as handle:
-        code = subprocess.run(
-            list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env
-        ).returncode
-    if code != 0:
+        process = subprocess.Popen(list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
         raise SystemExit(f"stage failed ({' '.join(cmd[:3])} …), see {log}")
-    return time.perf_counter() - start
+    return Spent(time.perf_counter() - start, usage.ru_utime + usage.ru_stime)
+
+
+def record(path: Path, stage: str, spent: Sequence[Spent]) -> None:
+    """Add a stage's wall and CPU seconds to the seed's `times.json` (a resumed stage adds
+    up): {stage: {"wall": s, "cpu": s}}; entries written as plain seconds (older runs) are
+    read as wall time."""
+    times = read_times(path)
+    entry = times.get(stage, {"wall": 0.0, "cpu": 0.0})
+    times[stage] = {
+        "wall": entry.get("wall", 0.0) + sum(s.wall for s in spent),
+        "cpu": (entry.get("cpu") or 0.0) + sum(s.cpu for s in spent),
+    }
+    path.write_text(json.dumps(times, indent=2) + "\n")
+
+
+def read_times(path: Path) -> dict[str, dict[str, float]]:
+    """`times.json` as {stage: {"wall": s, "cpu": s or None}}."""
+    raw = json.loads(path.read_text()) if path.is_file() else {}
+    return {k: v if isinstance(v, dict) else {"wall": float(v), "cpu": None}
+            for k, v in raw.items()}  # fmt: skip

@@ -1,0 +1,43 @@
+"""The resumable benchmarks record what each stage cost in wall and CPU time, the CPU time of
+the processes the stage starts included (a vLLM engine runs its scheduler and worker as
+grandchildren of the benchmark); the learning issue's budget is in CPU minutes per seed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+from stages import Spent, call, read_times, record
+
+SPIN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
+PARENT = (
+    "import subprocess, sys\n"
+    "subprocess.run([sys.executable, '-c', {child!r}], check=True)\n" + SPIN.format(s=0.3)
+)
+
+
+def test_cpu_time_counts_the_stage_and_the_processes_it_waited_for(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", PARENT.format(child=SPIN.format(s=0.6))]
+    spent = call(cmd, tmp_path / "stage.log", threads=1)
+    assert spent.cpu >= 0.85  # 0.3 s in the stage's process + 0.6 s in its child
+    assert spent.wall >= spent.cpu * 0.9
+
+
+def test_a_failed_stage_stops_the_benchmark(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="stage failed"):
+        call([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "stage.log", threads=1)
+
+
+def test_resumed_stages_add_up_and_old_entries_read_as_wall_time(tmp_path: Path) -> None:
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"sft": 120.0}))
+    record(path, "recipe", [Spent(60.0, 100.0), Spent(30.0, 20.0)])
+    record(path, "recipe", [Spent(10.0, 5.0)])
+    times = read_times(path)
+    assert times["sft"] == {"wall": 120.0, "cpu": None}
+    assert times["recipe"] == {"wall": 100.0, "cpu": 125.0}
