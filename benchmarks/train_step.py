@@ -64,9 +64,10 @@ def main() -> None:
     rows = [json.loads(x) for x in (args.out / "metrics.jsonl").read_text().splitlines()]
     params = sum(p.numel() for p in torch.load(
         sorted((args.out / "checkpoints").glob("step_*"))[-1] / "policy.pt").values())  # fmt: skip
-    on_policy = (config.ppo_epochs == 1 and config.batch_size <= config.mini_batch_size
-                 and not config.algo.kl_in_reward)  # fmt: skip
-    passes = int(not on_policy) + int(config.algo.kl_coef > 0)  # old and/or reference forwards
+    # old log-probs for all rows but the first mini-batch of a one-epoch update, + reference
+    minibatches = max(config.batch_size // config.mini_batch_size, 1)
+    fresh = 1 / minibatches if config.ppo_epochs == 1 and not config.algo.kl_in_reward else 0.0
+    passes = (1 - fresh) + int(config.algo.kl_coef > 0)
     print(
         f"params {params / 1e6:.1f}M · torch threads {threads} · fp32 matmul {ceiling:.0f} GFLOP/s"
     )
@@ -74,7 +75,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         generated, total = token_counts(args.out, int(row["step"]))
-        phases = (("rollout", "gen", generated, 2), ("log-probs", "ref", total * passes, 2),
+        phases = (("rollout", "gen", generated, 2), ("log-probs", "ref", int(total * passes), 2),
                   ("update", "update_actor", total * config.ppo_epochs, 6),
                   ("step", "step", total, 0))  # fmt: skip
         for label, key, tokens, flops_per_param in phases:

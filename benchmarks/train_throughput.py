@@ -143,7 +143,7 @@ def _worker(args: argparse.Namespace) -> None:
     lp_wall, lp_cpu = timed(old_logprobs)
     settings = UpdateSettings(
         micro_batch_size=micro, grad_clip=1.0, bf16=bf16, temperature=1.0, clip_eps=0.2,
-        kl_coef=0.0, entropy_coef=0.0, value_clip=0.5, on_policy=False,
+        kl_coef=0.0, entropy_coef=0.0, value_clip=0.5,
     )  # fmt: skip
     exp = Experience(batch, mask, holder["old"], advantages)
     optimizer = make_optimizer(policy, 1e-5, 0.01)

@@ -14,6 +14,7 @@ implementations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
 
@@ -171,6 +172,31 @@ def batched_logprobs(
             logp, _ = forward_logprobs(model, to_device(mb, device), temperature, "none", used)
         parts.append(_pad_to(logp.float().cpu(), batch.response_length))
     return torch.cat(parts) * batch.response_mask
+
+
+def logprobs_of_rows(
+    model: nn.Module,
+    batch: Batch,
+    rows: Sequence[int],
+    micro_batch_size: int,
+    temperature: float,
+    bf16: bool,
+    mask: Tensor | None = None,
+    micro_batch_tokens: int = 0,
+) -> Tensor:
+    """`batched_logprobs` of some rows only, in place in a [B, R] tensor of zeros (no forward
+    pass at all when `rows` is empty)."""
+    out = torch.zeros(batch.response_ids.shape)
+    if not rows:
+        return out
+    rows = list(rows)
+    sub = batch.select(rows)
+    used = None if mask is None else mask[rows, : sub.response_length]
+    logp = batched_logprobs(
+        model, sub, micro_batch_size, temperature, bf16, used, micro_batch_tokens
+    )  # [len(rows), R']
+    out[rows, : sub.response_length] = logp
+    return out
 
 
 @torch.no_grad()

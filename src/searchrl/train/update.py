@@ -36,6 +36,8 @@ class Experience:
     old_values: Tensor | None = None  # [N, R] PPO
     tis_weight: Tensor | None = None  # [N, R] truncated IS weights π_old/μ (engine mismatch)
     mismatch: dict[str, float] = field(default_factory=dict)  # behaviour/* metrics
+    current_rows: frozenset[int] = frozenset()
+    """Rows whose π_old is their detached log-prob in the update itself (old_logp is 0 there)."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,6 @@ class UpdateSettings:
     kl_coef: float
     entropy_coef: float
     value_clip: float
-    on_policy: bool
-    """Old log-probs are the detached current ones (one epoch over one mini-batch)."""
     micro_batch_tokens: int = 0
     """Also cap a forward's tokens (0: rows only); see `packing.micro_batches`."""
 
@@ -130,7 +130,8 @@ def policy_micro_loss(
             logp, ent = forward_logprobs(
                 model, to_device(mb, device), settings.temperature, entropy, exp.mask[micro, :width]
             )
-        old = logp.detach() if settings.on_policy else exp.old_logp[micro, :width].to(device)
+        fresh = torch.tensor([r in exp.current_rows for r in micro], device=device)[:, None]
+        old = torch.where(fresh, logp.detach(), exp.old_logp[micro, :width].to(device))
         adv = exp.advantages[micro, :width].to(device)  # [m, R']
         pg, clipped = ppo_clip(logp, old, adv, settings.clip_eps)  # [m, R'] each
         if exp.tis_weight is not None:

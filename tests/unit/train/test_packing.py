@@ -196,7 +196,7 @@ def test_packed_and_padded_give_the_same_policy_update() -> None:
     advantages = torch.linspace(-1.0, 1.0, len(trajs)).unsqueeze(1) * mask
     settings = UpdateSettings(
         micro_batch_size=1, grad_clip=0.0, bf16=False, temperature=1.0, clip_eps=0.2,
-        kl_coef=0.0, entropy_coef=0.01, value_clip=0.5, on_policy=False,
+        kl_coef=0.0, entropy_coef=0.01, value_clip=0.5,
     )  # fmt: skip
 
     lengths = batch.attention_mask.sum(1)

@@ -95,7 +95,6 @@ def test_env_tokens_get_zero_gradient_through_the_update() -> None:
     assert env.any()
 
     def grads(advantages: torch.Tensor) -> list[torch.Tensor]:
-        from dataclasses import replace
 
         from searchrl.train.update import policy_micro_loss
 
@@ -136,15 +135,35 @@ def test_gradient_checkpointing_gives_the_same_update() -> None:
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def test_on_policy_shortcut_matches_recomputed_old_logprobs() -> None:
-    fast = make_trainer(batch_size=2, mini_batch_size=2)
-    assert fast.settings.on_policy
-    slow = make_trainer(batch_size=2, mini_batch_size=2)
-    slow.settings = replace(slow.settings, on_policy=False)
+@pytest.mark.parametrize("mini_batch_size", [2, 1])
+def test_first_minibatch_shortcut_matches_recomputed_old_logprobs(
+    mini_batch_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One mini-batch: no old-log-prob forward at all; two: only the second one's rows get
+    it (the first meets unchanged weights), and the update is the one a full recomputation
+    gives."""
+    from searchrl.train import loop
+
+    computed: list[list[int]] = []
+    real = loop.logprobs_of_rows
+
+    def counting(model, batch, rows, *args):  # type: ignore[no-untyped-def]
+        computed.append(list(rows))
+        return real(model, batch, rows, *args)
+
+    monkeypatch.setattr(loop, "logprobs_of_rows", counting)
+    fast = make_trainer(batch_size=2, mini_batch_size=mini_batch_size)
     fast.step()
+    rows = 2 * fast.config.n_samples
+    first = set(fast._current_rows(rows))  # the step counter moved: the next step's split
+    assert len(computed) == 1 and len(computed[0]) == rows - rows // (2 // mini_batch_size)
+    slow = make_trainer(batch_size=2, mini_batch_size=mini_batch_size)
+    monkeypatch.setattr(slow, "_current_rows", lambda rows: frozenset())
     slow.step()
+    assert len(computed) == 2 and len(computed[1]) == rows
     a, b = weights(fast), weights(slow)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert len(first) == rows // (2 // mini_batch_size)
 
 
 def test_lora_weights_reach_the_generation_backend() -> None:
@@ -241,7 +260,7 @@ def test_engine_mismatch_is_corrected_and_logged() -> None:
     policy = prepare_policy(tiny_llama(), config.policy)
     trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
                       em_reward, questions())  # fmt: skip
-    assert trainer.correct_behaviour and trainer.settings.on_policy
+    assert trainer.correct_behaviour
     trajectories = rollout(trainer.sampler.next_batch(2), n_samples=2, seed=0, greedy=False)
     exp = trainer._experience(trajectories)
     assert exp.tis_weight is not None and not torch.equal(
@@ -280,7 +299,7 @@ def test_an_exact_engine_is_not_corrected_but_its_gap_is_logged() -> None:
     policy = prepare_policy(tiny_llama(), config.policy)
     trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
                       em_reward, questions())  # fmt: skip
-    assert not trainer.correct_behaviour and not trainer.settings.on_policy
+    assert not trainer.correct_behaviour
     exp = trainer._experience(rollout(trainer.sampler.next_batch(2), n_samples=2, seed=0,
                                       greedy=False))  # fmt: skip
     assert exp.tis_weight is None
