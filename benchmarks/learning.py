@@ -48,7 +48,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from searchrl.eval.stats import PairedResult, paired_test
+from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
 from stages import HOPS, ROLLOUT, call, read_times, record, searchrl
 
 OLD = ("algo.loss_agg=seq-mean-token-mean", "reward.no_answer_score=0.0",
@@ -251,7 +251,7 @@ def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
 def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     """Markdown tables (per seed; mean ± std over seeds; paired gains; times) and a PNG."""
     models = _models(arms)
-    lines = ["| seed | model | EM [95% CI] | 1-hop | 2-hop | 3-hop | 4-hop "
+    lines = ["| seed | model | EM [95% Wilson] | 1-hop | 2-hop | 3-hop | 4-hop "
              "| searches 1/2/3/4-hop | valid format | answered |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for seed in seeds:
@@ -260,10 +260,11 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
             s, behaviour = _summary(d / name), _behaviour(d / name)
             if s is None or behaviour is None:
                 continue
-            em = s["overall"]["em"]
+            # recomputed from the samples: evaluations run by older trees used other intervals
+            em = proportion_ci([float(r["em"]) for r in _rows(d / name) or []], 0.95)
             hops = " | ".join("–" if (h := _em(s, k)) is None else f"{h:.3f}" for k in (1, 2, 3, 4))
-            lines.append(f"| {seed} | {label} | {em['mean']:.3f} [{em['low']:.3f}, "
-                         f"{em['high']:.3f}] | {hops} | {behaviour[2]} | {behaviour[0]:.3f} | "
+            lines.append(f"| {seed} | {label} | {em.mean:.3f} [{em.low:.3f}, "
+                         f"{em.high:.3f}] | {hops} | {behaviour[2]} | {behaviour[0]:.3f} | "
                          f"{behaviour[1]:.3f} |")  # fmt: skip
     lines += ["", "| model | EM, mean ± std over seeds | 1-hop | 2-hop | 3-hop | 4-hop |",
               "|---|---|---|---|---|---|"]  # fmt: skip
