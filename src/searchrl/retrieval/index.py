@@ -41,6 +41,7 @@ from searchrl.retrieval.sharding import build_sharded
 from searchrl.retrieval.shards import ShardedRetriever
 from searchrl.retrieval.store import DocumentStore, write_store
 from searchrl.utils.output import atomic_directory, check_output
+from searchrl.utils.progress import LineProgress
 
 Kind = Literal["bm25", "dense", "hybrid"]
 KINDS: tuple[Kind, ...] = ("bm25", "dense", "hybrid")
@@ -119,10 +120,21 @@ def _directory_bytes(directory: Path) -> int:
 
 @contextlib.contextmanager
 def _bar(console: Console, label: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar with passages/s and ETA; yields `advance(n)`."""
+    """A progress bar with passages/s and ETA; yields `advance(n)`. Without a terminal to
+    redraw it in (`nohup`, a log file) it prints a plain line now and then instead: rich draws
+    nothing there until the build ends, and a 20-minute encode looked hung."""
+    started = time.perf_counter()
+    if not console.is_terminal:
+        lines = LineProgress(label, total, stream=console.file)
+
+        def advance_line(n: int) -> None:
+            rate = (lines.completed + n) / max(time.perf_counter() - started, 1e-9)
+            lines.update(advance=n, description=f"{rate:,.0f} passages/s")
+
+        yield advance_line
+        return
     with _progress(console) as progress:
         task = progress.add_task(label, total=total, rate="")
-        started = time.perf_counter()
 
         def advance(n: int) -> None:
             done = progress.tasks[task].completed + n

@@ -128,3 +128,20 @@ def test_finds_wikipedia_passage_by_title(shared_data: Path, tmp_path: Path) -> 
     results = retriever.search(titles, 10)
     for title, hits in zip(titles, results, strict=True):
         assert any(h.document.title.strip('"') == title for h in hits[:3]), title
+
+
+def test_a_build_without_a_terminal_prints_progress_lines(
+    tmp_path: Path, corpus_file: Path
+) -> None:
+    """`nohup searchrl index … > log` wrote nothing for the 20k-passage encode: rich draws no
+    bar where it cannot redraw one."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    build_index("bm25", corpus_file, tmp_path / "idx", console=Console(file=out, width=200))
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("bm25: tokenizing")]
+    assert lines and "passages/s" in lines[-1]
+    done, total = lines[-1].split(": ", 1)[1].split(" ")[1].split("/")
+    assert done == total
