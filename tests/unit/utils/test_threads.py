@@ -11,8 +11,10 @@ import pytest
 from searchrl.utils import threads
 from searchrl.utils.threads import (
     apply_threads,
+    bound_cores,
     busy_between,
     choose_threads,
+    engine_threads,
 )
 
 
@@ -44,6 +46,8 @@ def test_busy_cores_count_only_this_process_cpus_between_snapshots() -> None:
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc/stat")
 def test_a_spinning_process_shows_as_one_busy_core_now_not_a_minute_later() -> None:
     """The load average would still count a job that ended; /proc/stat sees only what runs."""
+    import subprocess
+    import sys
     import time
 
     cpu = min(os.sched_getaffinity(0))
@@ -85,6 +89,30 @@ def test_apply_exports_for_torch_and_children(monkeypatch: pytest.MonkeyPatch) -
         assert torch.get_num_threads() == choice.threads == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("bind", "cores", "expected"),
+    [("auto", 2, 1), ("auto", 1, 1), ("auto", 16, 15), ("nobind", 2, 2), ("0", 2, 1),
+     ("0-1", 2, 2), ("0,2-3", 8, 3), ("0-3|4-7", 8, 4)],
+)  # fmt: skip
+def test_cores_of_a_vllm_core_list(bind: str, cores: int, expected: int) -> None:
+    assert bound_cores(bind, cores) == expected
+
+
+def test_an_unreadable_core_list_is_refused() -> None:
+    with pytest.raises(ValueError, match="core list"):
+        bound_cores("zero", 2)
+
+
+def test_engine_threads_reach_children_and_are_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    child = "import os; print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"
+    with engine_threads(1):
+        seen = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert seen.stdout.split() == ["1", "1"]
+    assert os.environ["OMP_NUM_THREADS"] == "2" and "MKL_NUM_THREADS" not in os.environ
 
 
 def test_commands_report_the_reason_of_their_own_choice(monkeypatch: pytest.MonkeyPatch) -> None:
