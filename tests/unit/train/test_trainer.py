@@ -243,10 +243,8 @@ def test_train_layers_freezes_everything_below_the_top_layers() -> None:
     assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed)
 
 
-def test_engine_mismatch_is_corrected_and_logged() -> None:
-    """An int8 engine (the default ct2) samples at another precision: the trainer recomputes
-    the old log-probs even on-policy, weights tokens by min(π_old/μ, C) and logs the gap."""
-    behaviour = -3.0
+def engine_rollout(behaviour: float):  # type: ignore[no-untyped-def]
+    """The scripted rollout with every policy token's engine log-prob set to `behaviour`."""
 
     def rollout(qs, *, n_samples, seed, greedy):  # type: ignore[no-untyped-def]
         trajectories = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
@@ -255,6 +253,15 @@ def test_engine_mismatch_is_corrected_and_logged() -> None:
                 if segment.role == "policy":
                     segment.logprobs = [behaviour] * len(segment.token_ids)
         return trajectories
+
+    return rollout
+
+
+def test_engine_mismatch_is_corrected_and_logged() -> None:
+    """An int8 engine (the default ct2) samples at another precision: the trainer recomputes
+    the old log-probs even on-policy, weights tokens by min(π_old/μ, C) and logs the gap."""
+    behaviour = -3.0
+    rollout = engine_rollout(behaviour)
 
     config = tiny_config(batch_size=2, mini_batch_size=2, model={"backend": "ct2"})
     policy = prepare_policy(tiny_llama(), config.policy)
@@ -280,18 +287,10 @@ def test_engine_mismatch_is_corrected_and_logged() -> None:
 
 
 def test_an_exact_engine_is_not_corrected_but_its_gap_is_logged() -> None:
-    """fp32 vLLM training logged `behaviour/logp_abs_diff_mean` 0.0 at every step: the engine
-    was taken as exact and its gap to the trainer never measured, although π_old was computed
-    for the second mini-batch anyway."""
+    """An engine taken as exact (HF in fp32) had its gap to the trainer never measured,
+    although π_old was computed for the second mini-batch anyway."""
     behaviour = -3.0
-
-    def rollout(qs, *, n_samples, seed, greedy):  # type: ignore[no-untyped-def]
-        trajectories = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
-        for traj in trajectories:
-            for segment in traj.segments:
-                if segment.role == "policy":
-                    segment.logprobs = [behaviour] * len(segment.token_ids)
-        return trajectories
+    rollout = engine_rollout(behaviour)
 
     config = tiny_config(
         batch_size=2, mini_batch_size=1, model={"backend": "hf", "generation_dtype": "float32"}
