@@ -1,8 +1,9 @@
 """Compressed dense indexes built in a stream and served from disk: faiss IVF-PQ.
 
 A Flat index of wiki-18 with MiniLM is 21M × 384 × 4 bytes = 32 GB (64 GB for E5's 768
-dimensions), more than this machine's RAM. IVF-PQ keeps `pq_m` bytes per passage plus its
-8-byte id, and scans only `nprobe` of `nlist` clusters per query.
+dimensions), more than this machine's RAM. IVF-PQ keeps `pq_m` bytes per passage (by default
+half the dimension: 4 GB for MiniLM) plus its 8-byte id, and scans only `nprobe` of `nlist`
+clusters per query.
 
 The build never holds more than one part of vectors:
 
@@ -83,10 +84,20 @@ def effective_nbits(config: DenseConfig, train_rows: int) -> int:
     return nbits
 
 
+def code_bytes(config: DenseConfig, dim: int) -> int:
+    """PQ sub-quantizers (bytes per vector at 8 bits): `pq_m`, or half the dimension when 0.
+
+    Half, because the code size is what decides how much of Flat's top 3 survives: on 20k
+    real passages with MiniLM (384 dims), 48 bytes kept 0.67 of it, 96 bytes 0.82, 192 bytes
+    0.93, while the clusters probed hardly mattered (nprobe 32 vs 128: 0.669 vs 0.671).
+    """
+    return config.pq_m or max(1, dim // 2)
+
+
 def factory_string(config: DenseConfig, dim: int, rows: int) -> str:
     """The faiss `index_factory` description of the index `config` asks for."""
     nlist = nlist_for(config, rows)
-    m = config.pq_m
+    m = code_bytes(config, dim)
     if config.opq:
         if m > dim:
             raise RetrievalError(f"dense.pq_m={m} is larger than the encoder's dimension {dim}")

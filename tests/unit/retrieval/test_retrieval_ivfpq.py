@@ -71,6 +71,13 @@ def test_factory_and_nlist_rules() -> None:
         factory_string(DenseConfig(pq_m=50), 384, 10**6)
 
 
+def test_default_code_size_is_half_the_dimension() -> None:
+    """48 bytes kept 0.67 of Flat's top 3 on 20k real MiniLM passages; half the dimension 0.93."""
+    assert factory_string(DenseConfig(), 384, 20_000) == "IVF128,PQ192x8"
+    assert factory_string(DenseConfig(), 768, 10**6) == "IVF1024,PQ384x8"  # E5-base
+    assert factory_string(DenseConfig(opq=True), 384, 10**6).startswith("OPQ192_384,")
+
+
 def test_streamed_build_is_on_disk_memory_mapped_and_movable(tmp_path: Path) -> None:
     source = Clustered(3000)
     out = tmp_path / "a"
