@@ -7,7 +7,8 @@ clusters per query.
 
 The build never holds more than one part of vectors:
 
-1. a uniform sample of `train_size` rows trains the coarse k-means and the PQ codebooks;
+1. a uniform sample of `train_size` rows trains the coarse k-means and the PQ codebooks
+   (its vectors are kept in the work directory and not encoded again when added);
 2. the vectors are produced part by part (`ivf_part_rows`), each part added to a copy of the
    trained, empty index and written to disk (a finished part is kept, so a restarted build
    with the same work directory resumes after it);
@@ -36,6 +37,8 @@ from searchrl.retrieval.base import RetrievalError
 
 FAISS_FILE = "faiss.index"
 IVF_DATA_FILE = "faiss.ivfdata"
+SAMPLE_ROWS = "sample-rows.npy"
+SAMPLE_VECTORS = "sample-vectors.npy"
 MIN_POINTS_PER_CENTROID = 39
 """faiss warns below 39 training points per centroid; k-means is unreliable there."""
 
@@ -192,6 +195,7 @@ class IVFPQBuilder:
             if progress is not None:
                 progress("train-sample", len(chunk), len(sample))
         vectors = np.concatenate(parts)
+        self._keep_sample(sample, vectors)
         factory = factory_string(self.config, vectors.shape[1], self.source.rows)
         index = self.faiss.index_factory(vectors.shape[1], factory, self.faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
@@ -199,6 +203,31 @@ class IVFPQBuilder:
         self.faiss.write_index(index, str(tmp))
         tmp.replace(path)
         return path
+
+    def _keep_sample(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        """Save the encoded training sample so that adding does not encode it again: the
+        whole corpus below `train_size` passages (half the encoder time there), 1.2 % at 21M."""
+        tmp = self.work / "sample-vectors.tmp.npy"
+        np.save(tmp, vectors)
+        np.save(self.work / SAMPLE_ROWS, rows)
+        tmp.replace(self.work / SAMPLE_VECTORS)
+
+    def _part_vectors(self, rows: np.ndarray, own_sample: bool) -> np.ndarray:
+        """The vectors of `rows`, taking those of the saved training sample from disk and
+        encoding only the rest. `own_sample` = the sample is of this source (not of a
+        whole corpus whose trained index a shard shares)."""
+        saved = self.work / SAMPLE_VECTORS
+        if not own_sample or not saved.exists():
+            return self.source.vectors(rows)
+        sample = np.load(self.work / SAMPLE_ROWS)
+        sample_vectors = np.load(saved, mmap_mode="r")
+        at = np.minimum(np.searchsorted(sample, rows), len(sample) - 1)
+        known = sample[at] == rows
+        out = np.empty((len(rows), sample_vectors.shape[1]), dtype=np.float32)
+        out[known] = sample_vectors[at[known]]
+        if not known.all():
+            out[~known] = self.source.vectors(rows[~known])
+        return out
 
     def build(
         self,
@@ -210,6 +239,7 @@ class IVFPQBuilder:
         `trained` = an already trained index to add to (else `train()` runs first);
         `progress(stage, n, total)` hears of every sample chunk and part done."""
         self.work.mkdir(parents=True, exist_ok=True)
+        own_sample = trained is None
         trained = trained or self.train(progress)
         key = _fingerprint(trained)
         step = self.config.ivf_part_rows
@@ -220,7 +250,7 @@ class IVFPQBuilder:
             if not part.exists():
                 rows = np.arange(start, stop, dtype=np.int64)
                 index = self.faiss.read_index(str(trained))
-                index.add_with_ids(self.source.vectors(rows), rows)
+                index.add_with_ids(self._part_vectors(rows, own_sample), rows)
                 tmp = part.with_suffix(".tmp")
                 self.faiss.write_index(index, str(tmp))
                 tmp.replace(part)

@@ -37,12 +37,14 @@ class Clustered:
     def __init__(self, rows: int, seed: int = 0) -> None:
         self.rows = rows
         self.calls = 0
+        self.encoded = 0  # rows asked for, over all calls
         rng = np.random.default_rng(seed)
         self.centres = rng.standard_normal((64, DIM)).astype(np.float32)
         self.seed = seed
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         self.calls += 1
+        self.encoded += len(rows)
         out = np.empty((len(rows), DIM), dtype=np.float32)
         for i, row in enumerate(rows.tolist()):
             rng = np.random.default_rng([self.seed, row])
@@ -114,6 +116,28 @@ def test_build_resumes_from_finished_parts(tmp_path: Path) -> None:
     again = IVFPQBuilder(CONFIG, source, work).build(tmp_path / "second")
     assert source.calls == calls  # trained index and all 3 parts reused, nothing recomputed
     assert again.ntotal == 2000
+
+
+@pytest.mark.parametrize("train_size", [900, 5000])  # a sample of the rows, and all of them
+def test_no_row_is_encoded_twice_and_reused_vectors_are_the_rows_own(
+    tmp_path: Path, train_size: int
+) -> None:
+    config = replace(CONFIG, train_size=train_size)
+    source = Clustered(2000)
+    (tmp_path / "reused").mkdir()
+    builder = IVFPQBuilder(config, source, tmp_path / "work")
+    reused = builder.build(tmp_path / "reused")
+    assert source.encoded == 2000  # the training sample was not encoded again when added
+    fresh = Clustered(2000)
+    (tmp_path / "fresh").mkdir()  # same trained index, every part encoded from the source
+    encoded = IVFPQBuilder(config, fresh, tmp_path / "work2").build(
+        tmp_path / "fresh", trained=builder.train()
+    )
+    assert fresh.encoded == 2000
+    for index in (reused, encoded):
+        set_search_params(index, config)
+    queries = source.vectors(np.arange(3, 2000, 37))
+    assert np.array_equal(reused.search(queries, 5)[1], encoded.search(queries, 5)[1])
 
 
 def test_shards_sharing_training_answer_like_one_index(tmp_path: Path) -> None:
