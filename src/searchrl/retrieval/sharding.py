@@ -16,6 +16,7 @@ kind "sharded" listing them. Two things make the shards score like one index:
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -164,6 +165,5 @@ def _dense_shards(
             store, config.dense, info, advance, encoder, directory=directory, trained=trained
         )
         retriever.save(directory)
-    if trained is not None:
-        trained.unlink()
-        trained.parent.rmdir()
+    if trained is not None:  # the trained index and the encoded sample it kept
+        shutil.rmtree(trained.parent)
