@@ -212,17 +212,23 @@ class IVFPQBuilder:
         np.save(self.work / SAMPLE_ROWS, rows)
         tmp.replace(self.work / SAMPLE_VECTORS)
 
-    def _part_vectors(self, rows: np.ndarray, own_sample: bool) -> np.ndarray:
-        """The vectors of `rows`, taking those of the saved training sample from disk and
-        encoding only the rest. `own_sample` = the sample is of this source (not of a
-        whole corpus whose trained index a shard shares)."""
+    def _saved_sample(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kept training sample (row numbers, memory-mapped vectors), if there is one."""
         saved = self.work / SAMPLE_VECTORS
-        if not own_sample or not saved.exists():
+        if not saved.exists():
+            return None
+        return np.load(self.work / SAMPLE_ROWS), np.load(saved, mmap_mode="r")
+
+    def _part_vectors(
+        self, rows: np.ndarray, sample: tuple[np.ndarray, np.ndarray] | None
+    ) -> np.ndarray:
+        """The vectors of `rows`, taking those of the kept training `sample` and encoding
+        only the rest."""
+        if sample is None:
             return self.source.vectors(rows)
-        sample = np.load(self.work / SAMPLE_ROWS)
-        sample_vectors = np.load(saved, mmap_mode="r")
-        at = np.minimum(np.searchsorted(sample, rows), len(sample) - 1)
-        known = sample[at] == rows
+        sample_rows, sample_vectors = sample
+        at = np.minimum(np.searchsorted(sample_rows, rows), len(sample_rows) - 1)
+        known = sample_rows[at] == rows
         out = np.empty((len(rows), sample_vectors.shape[1]), dtype=np.float32)
         out[known] = sample_vectors[at[known]]
         if not known.all():
@@ -239,8 +245,9 @@ class IVFPQBuilder:
         `trained` = an already trained index to add to (else `train()` runs first);
         `progress(stage, n, total)` hears of every sample chunk and part done."""
         self.work.mkdir(parents=True, exist_ok=True)
-        own_sample = trained is None
+        own_sample = trained is None  # else the sample is of a whole corpus a shard shares
         trained = trained or self.train(progress)
+        sample = self._saved_sample() if own_sample else None
         key = _fingerprint(trained)
         step = self.config.ivf_part_rows
         part_files = []
@@ -250,7 +257,7 @@ class IVFPQBuilder:
             if not part.exists():
                 rows = np.arange(start, stop, dtype=np.int64)
                 index = self.faiss.read_index(str(trained))
-                index.add_with_ids(self._part_vectors(rows, own_sample), rows)
+                index.add_with_ids(self._part_vectors(rows, sample), rows)
                 tmp = part.with_suffix(".tmp")
                 self.faiss.write_index(index, str(tmp))
                 tmp.replace(part)
