@@ -207,13 +207,15 @@ class DenseRetriever:
         encoder: Any = None,
         directory: Path | None = None,
         trained: Path | None = None,
+        first_row: int | None = None,
     ) -> DenseRetriever:
         """Encode every passage (chunk by chunk, telling `progress` how many) and index them.
         Pass an already loaded `encoder` to skip loading it again. An ivfpq index with a
-        `directory` is built there in a stream (its training sample is encoded first, so
-        `progress` hears of `train_size` more passages) unless `trained` is an already trained
-        empty index to add to (the shards of one corpus share one); other builds happen in
-        memory."""
+        `directory` is built there in a stream (its training sample is encoded first and
+        not again, so `progress` hears of every passage once) unless `trained` is an already trained
+        empty index to add to (the shards of one corpus share one; `first_row` is where this
+        shard starts in that corpus, so that the training sample's vectors are reused);
+        other builds happen in memory."""
         config = config or DenseConfig()
         if len(docs) == 0:
             raise RetrievalError("cannot build a dense index over zero documents")
@@ -221,7 +223,7 @@ class DenseRetriever:
         corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
         source = EncodedPassages(encoder, config, docs, progress)
         if config.index_type == "ivfpq" and directory is not None:
-            build_ivfpq(config, source, Path(directory), trained=trained)
+            build_ivfpq(config, source, Path(directory), trained=trained, first_row=first_row)
             index = read_index(Path(directory) / FAISS_FILE)
             return cls(encoder, index, docs, config, corpus)
         vectors = source.vectors(np.arange(len(docs), dtype=np.int64))

@@ -144,11 +144,6 @@ def _bar(console: Console, label: str, total: int) -> Iterator[Callable[[int], N
         yield advance
 
 
-def _work_total(kind: Kind, rows: int, config: RetrievalConfig) -> int:
-    """Passages a build tokenizes or encodes: ivfpq encodes its training sample first."""
-    if kind == "dense" and config.dense.index_type == "ivfpq":
-        return rows + min(rows, config.dense.train_size)
-    return rows
 
 
 def _build_single(
@@ -161,7 +156,7 @@ def _build_single(
     corpus = CorpusInfo.of(reader.fingerprint, corpus_path)
     docs = DocumentStore(out)
     verb = "tokenizing" if kind == "bm25" else "encoding"
-    with _bar(console, f"{kind}: {verb}", _work_total(kind, rows, config)) as advance:
+    with _bar(console, f"{kind}: {verb}", rows) as advance:
         retriever: BM25Retriever | DenseRetriever
         if kind == "bm25":
             retriever = BM25Retriever.build_on_disk(docs, out, config.bm25, corpus, advance)
@@ -198,7 +193,7 @@ def build_index(
     started = time.perf_counter()
     with atomic_directory(out, force=force) as tmp:
         if shards > 1:
-            total = _work_total(kind, sum(1 for _ in corpus_path.open("rb")), config)
+            total = sum(1 for _ in corpus_path.open("rb"))  # each passage encoded once
             with _bar(console, f"{kind}: {shards} shards", total) as advance:
                 build_sharded(kind, corpus_path, tmp, config, shards, advance)
         elif kind == "hybrid":

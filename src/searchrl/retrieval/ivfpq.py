@@ -212,12 +212,15 @@ class IVFPQBuilder:
         np.save(self.work / SAMPLE_ROWS, rows)
         tmp.replace(self.work / SAMPLE_VECTORS)
 
-    def _saved_sample(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The kept training sample (row numbers, memory-mapped vectors), if there is one."""
-        saved = self.work / SAMPLE_VECTORS
+    @staticmethod
+    def _saved_sample(work: Path, first_row: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+        """The training sample kept in `work` (row numbers, memory-mapped vectors), if there
+        is one, its rows renumbered for a source whose row 0 is the sampled corpus's
+        `first_row` (a shard's own numbering)."""
+        saved = work / SAMPLE_VECTORS
         if not saved.exists():
             return None
-        return np.load(self.work / SAMPLE_ROWS), np.load(saved, mmap_mode="r")
+        return np.load(work / SAMPLE_ROWS) - first_row, np.load(saved, mmap_mode="r")
 
     def _part_vectors(
         self, rows: np.ndarray, sample: tuple[np.ndarray, np.ndarray] | None
@@ -240,14 +243,21 @@ class IVFPQBuilder:
         out: Path,
         progress: Callable[[str, int, int], None] | None = None,
         trained: Path | None = None,
+        first_row: int | None = None,
     ) -> Any:
         """Write `faiss.index` + `faiss.ivfdata` into `out`; return the merged index.
-        `trained` = an already trained index to add to (else `train()` runs first);
-        `progress(stage, n, total)` hears of every sample chunk and part done."""
+        `trained` = an already trained index to add to (else `train()` runs first); when this
+        source is a shard of the corpus `trained` was trained on, starting at its row
+        `first_row`, the vectors of the training sample kept beside it are reused instead of
+        encoded again. `progress(stage, n, total)` hears of every sample chunk and part done."""
         self.work.mkdir(parents=True, exist_ok=True)
-        own_sample = trained is None  # else the sample is of a whole corpus a shard shares
-        trained = trained or self.train(progress)
-        sample = self._saved_sample() if own_sample else None
+        if trained is None:
+            trained = self.train(progress)
+            sample = self._saved_sample(self.work)
+        elif first_row is not None:
+            sample = self._saved_sample(trained.parent, first_row)
+        else:  # a trained index of unknown provenance: its sample's numbering is not ours
+            sample = None
         key = _fingerprint(trained)
         step = self.config.ivf_part_rows
         part_files = []
@@ -281,14 +291,16 @@ def build_ivfpq(
     work: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     trained: Path | None = None,
+    first_row: int | None = None,
 ) -> Any:
     """Build an IVF-PQ index of `source` into directory `out` (see `IVFPQBuilder`), adding
-    to `trained` when given. Without `work` the parts go to a scratch folder inside `out`
-    that is deleted afterwards."""
+    to `trained` when given (`first_row`: where this shard starts in the corpus it was
+    trained on). Without `work` the parts go to a scratch folder inside `out` that is
+    deleted afterwards."""
     scratch = work is None
     work = work if work is not None else out / ".ivfpq-parts"
     try:
-        return IVFPQBuilder(config, source, work).build(out, progress, trained)
+        return IVFPQBuilder(config, source, work).build(out, progress, trained, first_row)
     finally:
         if scratch:
             shutil.rmtree(work, ignore_errors=True)

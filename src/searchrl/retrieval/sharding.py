@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import overload
 
@@ -160,9 +160,17 @@ def _dense_shards(
     if config.dense.index_type == "ivfpq":
         whole = EncodedPassages(encoder, config.dense, ConcatenatedDocs(stores), advance)
         trained = IVFPQBuilder(config.dense, whole, out / ".training").train()
-    for store, directory, info in zip(stores, directories, infos, strict=True):
+    first_rows = accumulate([len(s) for s in stores[:-1]], initial=0)
+    for store, directory, info, first in zip(stores, directories, infos, first_rows, strict=True):
         retriever = DenseRetriever.build(
-            store, config.dense, info, advance, encoder, directory=directory, trained=trained
+            store,
+            config.dense,
+            info,
+            advance,
+            encoder,
+            directory=directory,
+            trained=trained,
+            first_row=first,
         )
         retriever.save(directory)
     if trained is not None:  # the trained index and the encoded sample it kept

@@ -141,21 +141,26 @@ def test_no_row_is_encoded_twice_and_reused_vectors_are_the_rows_own(
 
 
 def test_shards_sharing_training_answer_like_one_index(tmp_path: Path) -> None:
+    config = replace(CONFIG, train_size=900)
     whole = Clustered(2400)
-    builder = IVFPQBuilder(CONFIG, whole, tmp_path / "train")
+    builder = IVFPQBuilder(config, whole, tmp_path / "train")
     trained = builder.train()
     (tmp_path / "whole").mkdir()
-    builder.build(tmp_path / "whole", trained=trained)
+    IVFPQBuilder(config, Clustered(2400), tmp_path / "work-whole").build(
+        tmp_path / "whole", trained=trained
+    )  # every row encoded: the reference for the shards, which reuse the kept sample
+    encoded = whole.encoded
     halves = []
     for name, start, stop in (("a", 0, 1200), ("b", 1200, 2400)):
         half = Slice(whole, start, stop)
         (tmp_path / name).mkdir()
-        shard = IVFPQBuilder(CONFIG, half, tmp_path / f"work-{name}")
-        shard.build(tmp_path / name, trained=trained)
+        shard = IVFPQBuilder(config, half, tmp_path / f"work-{name}")
+        shard.build(tmp_path / name, trained=trained, first_row=start)
         halves.append(read_index(tmp_path / name / FAISS_FILE))
+    assert whole.encoded - encoded == 2400 - 900  # the sample's 900 rows were not encoded again
     one = read_index(tmp_path / "whole" / FAISS_FILE)
     for index in (one, *halves):
-        set_search_params(index, CONFIG)
+        set_search_params(index, config)
     queries = whole.vectors(np.arange(7, 2400, 41))
     scores, rows = one.search(queries, 5)
     parts = [h.search(queries, 5) for h in halves]
