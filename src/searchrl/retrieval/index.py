@@ -144,8 +144,6 @@ def _bar(console: Console, label: str, total: int) -> Iterator[Callable[[int], N
         yield advance
 
 
-
-
 def _build_single(
     kind: Kind, corpus_path: Path, out: Path, config: RetrievalConfig, console: Console
 ) -> None:

@@ -16,7 +16,7 @@ from searchrl.config.retrieval import BM25Config, RetrievalConfig
 from searchrl.data.world import generate_world
 from searchrl.retrieval import RetrievalError, build_index, load_index
 from searchrl.retrieval.bm25 import BM25Retriever
-from searchrl.retrieval.bm25_topk import pruned_top_k
+from searchrl.retrieval.bm25_topk import PostingLists, exhaustive_top_k, pruned_top_k
 from searchrl.retrieval.manifest import read_manifest
 from searchrl.retrieval.shards import ShardedRetriever
 from searchrl.types import Document, Hit
@@ -133,3 +133,43 @@ def test_sharded_build_answers_like_one_index(
 def test_sharding_refuses_more_shards_than_passages(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises((RetrievalError, ValueError), match="at most one shard per passage"):
         build_index("bm25", corpus, tmp_path / "x", shards=10**6)
+
+
+def zipf_lists(seed: int) -> PostingLists:
+    """A random term × passage score matrix with a Zipf-like document frequency (a few terms
+    in half the passages, most in a handful), scores growing with rarity and on a coarse grid
+    per term, so that ties happen."""
+    rng = np.random.default_rng(seed)
+    passages, terms = 3000, 60
+    rows, data, indptr = [], [], [0]
+    for term in range(terms):
+        df = max(1, int(passages * 0.5 / (1 + term) ** 1.3))
+        listed = np.sort(rng.choice(passages, size=df, replace=False))
+        rows.append(listed)
+        idf = np.log(1 + passages / df)  # rare terms score high, as in BM25
+        data.append((rng.integers(1, 40, size=df) / 8 * idf).astype(np.float32))
+        indptr.append(indptr[-1] + df)
+    values = np.concatenate(data)
+    maxima = np.array([d.max() for d in data], dtype=np.float32)
+    return PostingLists(values, np.concatenate(rows), np.array(indptr), maxima)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruned_top_k_equals_exhaustive_on_skewed_lists(seed: int) -> None:
+    # common terms with rare ones (the bounded candidates and the raised threshold act),
+    # repeated query words, k from 1 to 20: exactly the exhaustive top k, ties by row
+    lists = zipf_lists(seed)
+    rng = np.random.default_rng(100 + seed)
+    pruned = 0
+    for _ in range(150):
+        terms = np.unique(rng.choice(60, size=rng.integers(2, 9), replace=False))
+        weights = rng.integers(1, 3, size=len(terms)).astype(np.float32)
+        k = int(rng.choice([1, 3, 10, 20]))
+        found = pruned_top_k(lists, terms, weights, k)
+        if found is None:
+            continue
+        pruned += 1
+        want = exhaustive_top_k(lists, terms, weights, k)
+        assert found[0].tolist() == want[0].tolist()
+        assert found[1].tolist() == want[1].tolist()
+    assert pruned > 50
