@@ -256,7 +256,7 @@ def dense_shards(run: Run, bm25_shards: Path) -> Path:
         shard.mkdir(parents=True, exist_ok=True)
         part = Slice(source, start, stop)
         IVFPQBuilder(run.config.dense, part, run.root / f"dense-shard-work-{number}").build(
-            shard, trained=trained
+            shard, trained=trained, first_row=start
         )
         write_store(DocumentStore(bm25_shards / f"shard-{number:03d}"), shard)
         corpus = read_manifest(bm25_shards / f"shard-{number:03d}").corpus
