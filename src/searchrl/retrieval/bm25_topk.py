@@ -31,6 +31,7 @@ the caller falls back to the sparse product.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -183,14 +184,24 @@ def _best_by_partial_score(
     terms alone add), sorted: the ones worth scoring exactly for a threshold. The seed's
     largest list can hold ~20k passages at 1M; scoring all of them cost more than the rest
     of the query. Where scores can be negative or are rescored, all of them."""
-    passages, at = _union([np.asarray(lists.postings(int(terms[i]))) for i in seed])
-    if len(passages) <= size or lists.rescore is not None:
+    passages, partial, nonnegative = _partial_scores(lists, terms, weights, seed)
+    if len(passages) <= size or partial is None or not nonnegative:
         return passages
-    values = np.concatenate([float(weights[i]) * _scores_of(lists, int(terms[i])) for i in seed])
-    if values.min(initial=0.0) < 0:
-        return passages
-    partial = np.bincount(at, weights=values, minlength=len(passages))
     return np.sort(passages[np.argpartition(partial, -size)[-size:]])
+
+
+def _partial_scores(
+    lists: PostingLists, terms: np.ndarray, weights: np.ndarray, chosen: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray | None, bool]:
+    """The passages of the `chosen` query terms (sorted), what those terms add to each (None
+    when the stored scores are to be rescored: they bound nothing), and whether every added
+    score was non-negative (then partial scores are lower bounds of the final ones)."""
+    passages, at = _union([np.asarray(lists.postings(int(terms[i]))) for i in chosen])
+    if lists.rescore is not None:
+        return passages, None, False
+    values = np.concatenate([float(weights[i]) * _scores_of(lists, int(terms[i])) for i in chosen])
+    partial = np.bincount(at, weights=values, minlength=len(passages))
+    return passages, partial, bool(values.min(initial=0.0) >= 0)
 
 
 def _union(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -227,15 +238,10 @@ def _bounded_candidates(
     final ones (BM25 terms add, never subtract), so their k-th best raises the threshold. At 1M
     template-heavy passages a question's common words gave ~80-500k candidates; a few
     hundred survive, and only those are scored exactly (in float32, like the product)."""
-    passages, at = _union([np.asarray(lists.postings(int(terms[i]))) for i in essential])
-    if lists.rescore is not None or not np.isfinite(threshold):  # stored scores bound nothing
+    passages, partial, nonnegative = _partial_scores(lists, terms, weights, essential.tolist())
+    if partial is None or not np.isfinite(threshold):
         return passages
-    values = np.concatenate(
-        [float(weights[i]) * _scores_of(lists, int(terms[i])) for i in essential]
-    )
-    partial = np.bincount(at, weights=values, minlength=len(passages))
     rest = float(bounds[others].sum())
-    nonnegative = bool(values.min(initial=0.0) >= 0)
     for i in [None, *others.tolist()]:
         if i is not None:  # add term i exactly, take its bound off the rest
             listed = np.asarray(lists.postings(int(terms[i])))
