@@ -175,7 +175,9 @@ def report(work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--only", help="comma-separated candidate names")
+    parser.add_argument(
+        "--only", help="candidate names in the order to run, separated by ';' (names hold commas)"
+    )
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--check", action="store_true", help="only the 20k interface check")
     args = parser.parse_args()
@@ -192,7 +194,11 @@ def main() -> None:
     (args.work / "flat.json").write_text(json.dumps(summary))
     results = args.work / "sweep.jsonl"
     done = {json.loads(line)["name"] for line in results.open()} if results.exists() else set()
-    todo = [n for n in (args.only.split(",") if args.only else CANDIDATES) if n not in done]
+    names = [n.strip() for n in args.only.split(";")] if args.only else list(CANDIDATES)
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        parser.error(f"unknown candidates {unknown}; known: {'; '.join(CANDIDATES)}")
+    todo = [n for n in names if n not in done]
     step = Progress("sweep candidates", len(todo), every_s=0)
     for name in todo:
         result = run_candidate(name, args.work, data)
