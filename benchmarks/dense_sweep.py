@@ -181,6 +181,10 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--check", action="store_true", help="only the 20k interface check")
     args = parser.parse_args()
+    names = [n.strip() for n in args.only.split(";")] if args.only else list(CANDIDATES)
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        parser.error(f"unknown candidates {unknown}; known: {'; '.join(CANDIDATES)}")
     if args.report:
         report(args.work)
         return
@@ -194,10 +198,6 @@ def main() -> None:
     (args.work / "flat.json").write_text(json.dumps(summary))
     results = args.work / "sweep.jsonl"
     done = {json.loads(line)["name"] for line in results.open()} if results.exists() else set()
-    names = [n.strip() for n in args.only.split(";")] if args.only else list(CANDIDATES)
-    unknown = [n for n in names if n not in CANDIDATES]
-    if unknown:
-        parser.error(f"unknown candidates {unknown}; known: {'; '.join(CANDIDATES)}")
     todo = [n for n in names if n not in done]
     step = Progress("sweep candidates", len(todo), every_s=0)
     for name in todo:
