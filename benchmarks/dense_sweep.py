@@ -41,6 +41,9 @@ CANDIDATES = {
     "IVF512,PQ24": ("IVF512,PQ24", 131_072),
     "IVF512,PQ96": ("IVF512,PQ96", 131_072),
     "IVF512,PQ192": ("IVF512,PQ192", 131_072),
+    # 4-bit codes scanned with SIMD lookup tables held in registers (faiss "fast scan")
+    "IVF512,PQ192x4fs": ("IVF512,PQ192x4fs", 131_072),
+    "IVF512,PQ384x4fs": ("IVF512,PQ384x4fs", 131_072),
     "OPQ48,IVF512,PQ48": ("OPQ48_384,IVF512,PQ48", 131_072),
     "OPQ96,IVF512,PQ96": ("OPQ96_384,IVF512,PQ96", 131_072),
     "IVF2048_HNSW32,PQ48": ("IVF2048_HNSW32,PQ48", 131_072),
