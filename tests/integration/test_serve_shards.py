@@ -131,6 +131,6 @@ def test_ivfpq_shards_sharing_training_answer_like_one_ivfpq_index(
     one = build_index("dense", whole_corpus, tmp_path / "whole", config)
     whole = load_index(one, config=config)
     sharded = build_index("dense", whole_corpus, tmp_path / "sharded", config, shards=2)
-    assert (sharded / "shard-001" / "faiss.ivfdata").exists()
+    assert (sharded / "shard-001" / "faiss.index").exists()
     merged = load_index(sharded, config=config)
     assert ids_and_scores(merged.search(questions, 5)) == ids_and_scores(whole.search(questions, 5))
