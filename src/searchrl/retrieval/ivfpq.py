@@ -1,9 +1,9 @@
-"""Compressed dense indexes built in a stream and served from disk: faiss IVF-PQ.
+"""Compressed dense indexes built in a stream: faiss IVF-PQ.
 
 A Flat index of wiki-18 with MiniLM is 21M × 384 × 4 bytes = 32 GB (64 GB for E5's 768
-dimensions), more than this machine's RAM. IVF-PQ keeps `pq_m` bytes per passage (by default
-half the dimension: 4 GB for MiniLM) plus its 8-byte id, and scans only `nprobe` of `nlist`
-clusters per query.
+dimensions), more than this machine's RAM. IVF-PQ keeps a code of half the dimension in bytes
+per passage by default (4 GB for MiniLM) plus its 8-byte id, and scans only `nprobe` of
+`nlist` clusters per query.
 
 The build never holds more than one part of vectors:
 
@@ -12,13 +12,12 @@ The build never holds more than one part of vectors:
 2. the vectors are produced part by part (`ivf_part_rows`), each part added to a copy of the
    trained, empty index and written to disk (a finished part is kept, so a restarted build
    with the same work directory resumes after it);
-3. faiss's `merge_ondisk` concatenates the parts' inverted lists into one `faiss.ivfdata`
-   file (`OnDiskInvertedLists`), which `faiss.index` refers to.
-
-Serving opens the lists memory-mapped and read-only (`IO_FLAG_ONDISK_SAME_DIR`, and
-`IO_FLAG_MMAP` for an index saved whole), so RAM holds only the centroids and codebooks and
-the operating system pages codes in as queries touch them: an index larger than RAM still
-serves, at the speed of the disk.
+3. the parts are joined. 8-bit codes: faiss's `merge_ondisk` concatenates their inverted
+   lists into one `faiss.ivfdata` file (`OnDiskInvertedLists`), which `faiss.index` refers
+   to, and serving maps it read-only (`IO_FLAG_ONDISK_SAME_DIR`), so RAM holds only the
+   centroids and codebooks and an index larger than RAM still serves, at the speed of the
+   disk. 4-bit fast-scan codes (the default, 35× faster to search): merged in memory and
+   saved whole; faiss reads them into RAM when it opens them.
 """
 
 from __future__ import annotations
@@ -304,8 +303,9 @@ class IVFPQBuilder:
 
     def _merge_in_memory(self, merged: Any, part_files: list[str], out: Path) -> None:
         """Fast-scan lists are packed in blocks that `merge_ondisk` cannot write: the parts
-        are merged in memory (192 bytes a passage: 4 GB at 21M) and the index is saved
-        whole, then mapped read-only when opened (`read_index`)."""
+        are merged in memory (200 bytes a passage with its id: 4.2 GB at 21M) and the index
+        is saved whole; faiss reads such lists into RAM when it opens them (measured: RSS
+        grows by the file's size), so serving needs that memory too."""
         target = self.faiss.extract_index_ivf(merged)
         for part in part_files:
             index = self.faiss.read_index(part)  # held: the extracted IVF points into it
