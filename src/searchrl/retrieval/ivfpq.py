@@ -39,8 +39,9 @@ IVF_DATA_FILE = "faiss.ivfdata"
 SAMPLE_ROWS = "sample-rows.npy"
 SAMPLE_VECTORS = "sample-vectors.npy"
 MIN_POINTS_PER_CENTROID = 39
-FAST_SCAN_BITS = 4
 """faiss warns below 39 training points per centroid; k-means is unreliable there."""
+FAST_SCAN_BITS = 4
+"""The code width faiss's fast-scan kernels take (`fast_scan`)."""
 
 
 class VectorSource(Protocol):
@@ -291,7 +292,7 @@ class IVFPQBuilder:
         merged = self.faiss.read_index(str(trained))
         ivf = self.faiss.downcast_index(self.faiss.extract_index_ivf(merged))
         if isinstance(ivf, self.faiss.IndexIVFFastScan):
-            self._merge_in_memory(merged, part_files, out)
+            self._merge_in_memory(merged, ivf, part_files, out)
         else:
             from faiss.contrib.ondisk import merge_ondisk
 
@@ -301,16 +302,15 @@ class IVFPQBuilder:
         self.faiss.write_index(merged, str(out / FAISS_FILE))
         return merged
 
-    def _merge_in_memory(self, merged: Any, part_files: list[str], out: Path) -> None:
+    def _merge_in_memory(self, merged: Any, ivf: Any, part_files: list[str], out: Path) -> None:
         """Fast-scan lists are packed in blocks that `merge_ondisk` cannot write: the parts
         are merged in memory (200 bytes a passage with its id: 4.2 GB at 21M) and the index
         is saved whole; faiss reads such lists into RAM when it opens them (measured: RSS
         grows by the file's size), so serving needs that memory too."""
-        target = self.faiss.extract_index_ivf(merged)
         for part in part_files:
             index = self.faiss.read_index(part)  # held: the extracted IVF points into it
-            target.merge_from(self.faiss.extract_index_ivf(index), 0)
-        merged.ntotal = target.ntotal  # a wrapper (the OPQ rotation) counts separately
+            ivf.merge_from(self.faiss.extract_index_ivf(index), 0)
+        merged.ntotal = ivf.ntotal  # a wrapper (the OPQ rotation) counts separately
         (out / IVF_DATA_FILE).unlink(missing_ok=True)  # a stale file would redirect reads
 
 
