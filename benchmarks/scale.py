@@ -25,6 +25,7 @@ command is run again, and the dense build resumes from its finished parts.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import sys
@@ -80,9 +81,13 @@ class Run:
         self.config: RetrievalConfig = load_config(RetrievalConfig, None, args.set or [])
 
     def record(self, stage: str, values: dict) -> None:
-        results = load(self.results)
-        results[stage] = {**results.get(stage, {}), **values}
-        save_json(self.results, results)
+        """Add a stage's numbers; locked, as two runs may share a scale (BM25's stages and
+        the dense ones, whose build needs only the passage count, on the two cores)."""
+        with (self.root / ".results.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            results = load(self.results)
+            results[stage] = {**results.get(stage, {}), **values}
+            save_json(self.results, results)
 
     def questions(self) -> list[dict]:
         with (self.corpus / "questions.jsonl").open() as handle:
@@ -127,7 +132,7 @@ def ensure_model(run: Run) -> None:
 
 def stage_dense(run: Run) -> dict:
     ensure_model(run)
-    rows = len(DocumentStore(run.bm25))
+    rows = run.args.passages  # the vectors need only the count: the build overlaps BM25's
     source = SyntheticVectors(run.model, rows)
     build = run.root / "dense.partial"
     build.mkdir(exist_ok=True)
@@ -142,7 +147,13 @@ def stage_dense(run: Run) -> dict:
 
     started = time.perf_counter()
     IVFPQBuilder(run.config.dense, Counted(), run.root / "dense-work").build(build)
-    write_store(DocumentStore(run.bm25), build)  # hard links: one copy of the passages
+    build_only_s = time.perf_counter() - started
+    while not (run.bm25 / "manifest.json").exists():  # BM25's build may still be running
+        time.sleep(30)
+    store = DocumentStore(run.bm25)
+    if len(store) != rows:
+        raise SystemExit(f"{run.bm25} holds {len(store)} passages, the vectors {rows}")
+    write_store(store, build)  # hard links: one copy of the passages
     corpus = read_manifest(run.bm25).corpus
     params = asdict(replace(run.config.dense, index_type="ivfpq"))
     write_manifest(build, "dense", corpus, params, encoder=DEFAULT_ENCODER)
@@ -153,7 +164,7 @@ def stage_dense(run: Run) -> dict:
     index = read_index(run.dense / FAISS_FILE)
     return {"size_mb": directory_mb(run.dense),  # the passages are hard links to bm25's
             "index_mb": sum(f.stat().st_size for f in run.dense.glob("faiss.*")) / 1e6,
-            "build_only_s": time.perf_counter() - started, "nlist": index_nlist(index)}  # fmt: skip
+            "build_only_s": build_only_s, "nlist": index_nlist(index)}  # fmt: skip
 
 
 def index_nlist(index: object) -> int:

@@ -18,7 +18,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import bm25s
@@ -31,6 +31,7 @@ from searchrl.config import from_dict
 from searchrl.config.retrieval import BM25Config
 from searchrl.retrieval.base import RetrievalError
 from searchrl.retrieval.bm25_build import MAX_SCORES_FILE, Collection, Rescorer, build_streamed
+from searchrl.retrieval.bm25_pool import Ranked, SearchPool
 from searchrl.retrieval.bm25_topk import (
     PostingLists,
     exhaustive_top_k,
@@ -74,7 +75,11 @@ class Tokenizer:
 
 
 def _query_time(config: BM25Config) -> dict[str, object]:
-    return {"prune_above": config.prune_above, "collection": config.collection}
+    return {
+        "prune_above": config.prune_above,
+        "collection": config.collection,
+        "processes": config.processes,
+    }
 
 
 class BM25Retriever:
@@ -108,6 +113,8 @@ class BM25Retriever:
         if max_scores is None:
             max_scores = max_scores_of(np.asarray(scores["data"]), indptr)
         self._lists = PostingLists(scores["data"], scores["indices"], indptr, max_scores)
+        self._pool: SearchPool | None = None
+        """Helper processes for large batches (`config.processes` > 1, set by `load`)."""
 
     @classmethod
     def build(
@@ -196,7 +203,11 @@ class BM25Retriever:
             BM25Config,
             {**manifest.params, **({} if config is None else _query_time(config))},
         )
-        return cls.from_files(directory, DocumentStore(directory), config, manifest.corpus)
+        retriever = cls.from_files(directory, DocumentStore(directory), config, manifest.corpus)
+        if config.processes > 1:
+            helper = replace(config, processes=1)
+            retriever._pool = SearchPool(directory, helper, config.processes - 1)
+        return retriever
 
     def _query_terms(self, queries: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query: its distinct known term ids (ascending) and how often each occurs."""
@@ -213,9 +224,20 @@ class BM25Retriever:
         """Top-k passages per query, best first; equal scores are ordered by corpus row."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        pool = self._pool
+        if pool is not None and len(queries) >= 2 * (pool.helpers + 1):
+            ranked = pool.rank(queries, k, self.rank)
+        else:
+            ranked = self.rank(queries, k)
+        return [self._hits(rows, scores) for rows, scores in ranked]
+
+    def rank(self, queries: Sequence[str], k: int) -> list[Ranked]:
+        """(rows, scores) of each query's top k, in this process (what `search` and the
+        helper processes of `bm25_pool` answer with)."""
         if not queries:
             return []
-        results: list[list[Hit]] = [[] for _ in queries]
+        empty: Ranked = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        results: list[Ranked] = [empty for _ in queries]
         full: list[int] = []
         parsed = self._query_terms(queries)
         rescored = self._lists.rescore is not None
@@ -228,7 +250,7 @@ class BM25Retriever:
             if found is None:
                 full.append(i)
             else:
-                results[i] = self._hits(*found)
+                results[i] = found
         if full:
             rows = np.repeat(np.arange(len(full)), [len(parsed[i][0]) for i in full])
             cols = np.concatenate([parsed[i][0] for i in full])
@@ -237,7 +259,7 @@ class BM25Retriever:
             scores = (query @ self._matrix).tocsr()
             for row, i in enumerate(full):
                 span = slice(scores.indptr[row], scores.indptr[row + 1])
-                results[i] = self._hits(*top_k(scores.indices[span], scores.data[span], k))
+                results[i] = top_k(scores.indices[span], scores.data[span], k)
         return results
 
     def _hits(self, rows: np.ndarray, scores: np.ndarray) -> list[Hit]:

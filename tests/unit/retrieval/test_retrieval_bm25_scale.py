@@ -173,3 +173,28 @@ def test_pruned_top_k_equals_exhaustive_on_skewed_lists(seed: int) -> None:
         assert found[0].tolist() == want[0].tolist()
         assert found[1].tolist() == want[1].tolist()
     assert pruned > 50
+
+
+def test_helper_processes_answer_like_one_process(
+    streamed: BM25Retriever, world: tuple[list[Document], list[str]]
+) -> None:
+    """`bm25.processes=3`: two spawned helpers open the same index and answer slices of a
+    batch; the hits are those of one process, in request order, for pruned and full queries."""
+    directory = streamed.docs.directory
+    queries = queries_of(world)
+    pooled = BM25Retriever.load(directory, BM25Config(processes=3, prune_above=50))
+    try:
+        assert pooled._pool is not None and pooled._pool.helpers == 2
+        alone = BM25Retriever.load(directory, BM25Config(prune_above=50))
+        assert alone._pool is None
+        for k in (1, 3):
+            assert as_tuples(pooled.search(queries, k)) == as_tuples(alone.search(queries, k))
+        # the helpers did answer: a slice ranked in a helper equals the local ranking
+        slices = pooled._pool.rank(queries[:9], 3, lambda q, k: [])
+        assert len(slices) == 6  # 9 queries in 3 slices; the local one stubbed out
+        for (rows, scores), hits in zip(slices, alone.search(queries[3:9], 3), strict=True):
+            assert [str(r) for r in rows.tolist()] == [h.document.id for h in hits]
+            assert scores.tolist() == [h.score for h in hits]
+        assert pooled.search(queries[:2], 3) == alone.search(queries[:2], 3)  # too few: local
+    finally:
+        pooled._pool.close()
