@@ -53,6 +53,7 @@ from searchrl.config import load_config
 from searchrl.config.retrieval import DEFAULT_ENCODER, RetrievalConfig
 from searchrl.data.world.scale import ScaleCorpus, write_scale_corpus
 from searchrl.retrieval import RemoteRetriever, build_index, load_index
+from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.ivfpq import FAISS_FILE, IVFPQBuilder, read_index, set_search_params
 from searchrl.retrieval.manifest import read_manifest, write_manifest
 from searchrl.retrieval.shards import free_port
@@ -206,10 +207,17 @@ def stage_bm25_speed(run: Run) -> dict:
     out["cold_first_256_s"] = time.perf_counter() - started
     gold = [set(q["gold_ids"]) for q in questions[:256]]
     out["recall@3_gold"] = float(np.mean([bool(g & {h.document.id for h in top})
-                                          for g, top in zip(gold, hits, strict=True)]))  # fmt: skip
+                                          for g, top in zip(gold, hits[: len(gold)], strict=True)]))  # fmt: skip
     for batch in BATCHES:
         out[f"batch{batch}"] = batched_qps(lambda q: retriever.search(q, 3), queries, batch)
     out.update(serve_measure(run, ["--index", str(run.bm25)], queries))
+    # both cores: one helper process opens the same index (`bm25.processes=2`)
+    config = replace(run.config.bm25, processes=2)
+    pooled = BM25Retriever.load(run.bm25, config)
+    for batch in BATCHES[1:]:
+        out[f"2proc_batch{batch}"] = batched_qps(lambda q: pooled.search(q, 3), queries, batch)
+    served = serve_measure(run, ["--index", str(run.bm25), "--set", "bm25.processes=2"], queries)
+    out.update({f"2proc_{name}": value for name, value in served.items()})
     return out
 
 

@@ -110,12 +110,11 @@ def directory_mb(path: Path) -> float:
 
 
 def cpu_seconds(pid: int | None = None) -> float:
-    """User + system CPU seconds of this process (pid None) or of a process tree."""
-    if pid is None:
-        return time.process_time()
+    """User + system CPU seconds of a process tree: this process (pid None) with its helper
+    processes (`bm25.processes`), or a server's."""
     import psutil
 
-    root = psutil.Process(pid)
+    root = psutil.Process(pid)  # None: this process
     return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
 
 

@@ -27,8 +27,11 @@ def _build_rows(n: int, results: dict) -> list[str]:
 
 def _speed_rows(n: int, results: dict) -> list[str]:
     rows = []
-    for stage, name in (("bm25-speed", "BM25"), ("dense-speed", "IVF-PQ")):
-        r = results.get(stage)
+    runs = [("bm25-speed", "BM25", ""), ("bm25-speed", "BM25, 2 processes", "2proc_"),
+            ("dense-speed", "IVF-PQ", "")]  # fmt: skip
+    for stage, name, prefix in runs:
+        r = {key[len(prefix) :]: value for key, value in results.get(stage, {}).items()
+             if key.startswith(prefix) and (prefix or not key.startswith("2proc_"))}  # fmt: skip
         if not r:
             continue
         crowd = r.get("server_16_clients", {})
