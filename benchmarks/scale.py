@@ -246,10 +246,12 @@ def stage_bm25_speed(run: Run) -> dict:
     return out
 
 
-def serve_measure(run: Run, serve_args: list[str], queries: list[str]) -> dict:
+def serve_measure(
+    run: Run, serve_args: list[str], queries: list[str], env: dict[str, str] | None = None
+) -> dict:
     port = free_port()
     overrides = [arg for item in run.args.set or [] for arg in ("--set", item)]
-    server = start_server([*serve_args, *overrides], port)
+    server = start_server([*serve_args, *overrides], port, env=env)
     url = f"http://127.0.0.1:{port}/retrieve"
     out: dict = {}
     try:
@@ -282,6 +284,15 @@ def stage_dense_speed(run: Run) -> dict:
                                            list(queries), batch)  # fmt: skip
     texts = [q["question"] for q in run.questions()][:512]
     out.update(serve_measure(run, ["--index", str(run.dense)], texts))
+    # both cores: faiss splits a batch's queries over OpenMP threads
+    import faiss
+
+    faiss.omp_set_num_threads(2)
+    for batch in BATCHES[1:]:
+        out[f"2thr_batch{batch}"] = batched_qps(lambda q: index.search(np.stack(q), 3),
+                                                list(queries), batch)  # fmt: skip
+    served = serve_measure(run, ["--index", str(run.dense)], texts, {"SEARCHRL_THREADS": "2"})
+    out.update({f"2thr_{name}": value for name, value in served.items()})
     return out
 
 

@@ -172,10 +172,14 @@ def concurrent_qps(
             "p99_ms": float(np.percentile(ms, 99))}  # fmt: skip
 
 
-def start_server(args: Sequence[str], port: int, timeout_s: float = 1800) -> subprocess.Popen:
-    """`searchrl serve ARGS --port PORT` in its own process, returned once `/health` is ok."""
+def start_server(
+    args: Sequence[str], port: int, timeout_s: float = 1800, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """`searchrl serve ARGS --port PORT` in its own process (`env` added to this one's),
+    returned once `/health` is ok."""
     command = [sys.executable, "-m", "searchrl", "serve", *args, "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, **(env or {})})  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+TWO_CORES = ("2proc_", "2thr_")
+"""Key prefixes of the rows measured with both cores (BM25 helper processes, faiss threads)."""
+
 
 def _qps(entry: dict | None) -> str:
     """queries/s in wall time [per CPU second of the searching process]."""
@@ -27,11 +30,16 @@ def _build_rows(n: int, results: dict) -> list[str]:
 
 def _speed_rows(n: int, results: dict) -> list[str]:
     rows = []
-    runs = [("bm25-speed", "BM25", ""), ("bm25-speed", "BM25, 2 processes", "2proc_"),
-            ("dense-speed", "IVF-PQ", "")]  # fmt: skip
+    runs = [
+        ("bm25-speed", "BM25", ""),
+        ("bm25-speed", "BM25, 2 processes", "2proc_"),
+        ("dense-speed", "IVF-PQ", ""),
+        ("dense-speed", "IVF-PQ, 2 threads", "2thr_"),
+    ]
     for stage, name, prefix in runs:
-        r = {key[len(prefix) :]: value for key, value in results.get(stage, {}).items()
-             if key.startswith(prefix) and (prefix or not key.startswith("2proc_"))}  # fmt: skip
+        entries = results.get(stage, {}).items()
+        r = {key[len(prefix) :]: value for key, value in entries
+             if key.startswith(prefix) and (prefix or not key.startswith(TWO_CORES))}  # fmt: skip
         if not r:
             continue
         crowd = r.get("server_16_clients", {})
