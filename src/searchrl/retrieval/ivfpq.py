@@ -309,9 +309,38 @@ class IVFPQBuilder:
         grows by the file's size), so serving needs that memory too."""
         for part in part_files:
             index = self.faiss.read_index(part)  # held: the extracted IVF points into it
-            ivf.merge_from(self.faiss.extract_index_ivf(index), 0)
+            other = self.faiss.extract_index_ivf(index)
+            _append_at_block_boundaries(self.faiss, ivf.invlists, other.invlists)
+            ivf.merge_from(other, 0)
         merged.ntotal = ivf.ntotal  # a wrapper (the OPQ rotation) counts separately
         (out / IVF_DATA_FILE).unlink(missing_ok=True)  # a stale file would redirect reads
+
+
+def _append_at_block_boundaries(faiss: Any, into: Any, source: Any) -> None:
+    """Move `source`'s entries of the lists whose length in `into` is a non-zero multiple of
+    the block size in bytes, one entry at a time, leaving those lists empty in `source`.
+
+    faiss 1.15's `BlockInvertedLists.add_entries` (what `merge_from` calls) copies whole
+    blocks when `o % block_size == 0`, comparing the entry count `o` with a size in bytes
+    (6,144 for 384 4-bit codes), and then copies the list's whole length to position `o`:
+    past the end of both buffers. A 21M-passage build (lists of ~5k entries, some landing on
+    6,144 exactly) died of the heap corruption; lists that start empty are copied correctly,
+    and every other length takes faiss's entry-by-entry path, which this repeats."""
+    into, source = faiss.downcast_InvertedLists(into), faiss.downcast_InvertedLists(source)
+    packer = into.packer
+    code = np.empty(packer.code_size, dtype=np.uint8)
+    for j in range(into.nlist):
+        o, n = into.list_size(j), source.list_size(j)
+        if n == 0 or o == 0 or o % into.block_size:
+            continue
+        into.resize(j, o + n)
+        ids = faiss.rev_swig_ptr(into.get_ids(j), o + n)
+        ids[o:] = faiss.rev_swig_ptr(source.get_ids(j), n)
+        codes, taken, buffer = into.get_codes(j), source.get_codes(j), faiss.swig_ptr(code)
+        for i in range(n):  # the raw methods: faiss's wrappers want (blocks, size) arrays
+            packer.unpack_1_c(taken, i, buffer)
+            packer.pack_1_c(buffer, o + i, codes)
+        source.resize(j, 0)
 
 
 def build_ivfpq(

@@ -138,6 +138,25 @@ def test_fast_scan_build_is_saved_whole_and_answers_like_one_in_memory_index(
     assert overlap > 0.5
 
 
+def test_fast_scan_merge_survives_lists_ending_on_a_block_boundary(tmp_path: Path) -> None:
+    """faiss 1.15 overruns its buffers when it appends to a fast-scan list whose length
+    equals the block size in bytes (512 for 32 4-bit codes): one list, parts of 512 rows.
+    Before the workaround this aborted the process (the 21M build died of it)."""
+    config = replace(CONFIG, pq_nbits=4, pq_m=0, ivf_nlist=1, ivf_nprobe=1, ivf_part_rows=512)
+    source = Clustered(1300)  # lists of 512 and 1,024 entries before parts 2 and 3
+    builder = IVFPQBuilder(config, source, tmp_path / "work")
+    (tmp_path / "out").mkdir()
+    index = builder.build(tmp_path / "out")
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    assert lists.block_size == 512 and lists.list_size(0) == index.ntotal == 1300
+    assert np.array_equal(np.sort(faiss.rev_swig_ptr(lists.get_ids(0), 1300)), np.arange(1300))
+    reference = faiss.read_index(str(builder.train()))
+    reference.add_with_ids(source.vectors(np.arange(1300)), np.arange(1300))
+    queries = source.vectors(np.arange(3, 1300, 17))
+    found, expected = index.search(queries, 5), reference.search(queries, 5)
+    assert np.array_equal(found[1], expected[1]) and np.array_equal(found[0], expected[0])
+
+
 def test_build_resumes_from_finished_parts(tmp_path: Path) -> None:
     source = Clustered(2000)
     work = tmp_path / "work"
