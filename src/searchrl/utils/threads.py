@@ -123,12 +123,12 @@ def choose_threads(
 
 def apply_threads(explicit: int = 0) -> ThreadChoice:
     """Choose the count and make it take effect: exported as OMP_NUM_THREADS/MKL_NUM_THREADS
-    (read when torch is imported, and inherited by child processes) and, when torch is
-    already imported, set directly."""
+    (read when torch or faiss is loaded, and inherited by child processes) and, when torch
+    is already imported, set directly. Always exported: `SEARCHRL_THREADS=2` under an
+    inherited `OMP_NUM_THREADS=1` left faiss's OpenMP on one thread while torch got two."""
     choice = choose_threads(explicit)
-    if explicit > 0 or not any(_positive_int(os.environ.get(v)) for v in EXPLICIT_VARS):
-        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[name] = str(choice.threads)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(choice.threads)
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(choice.threads)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -189,10 +190,17 @@ def test_helper_processes_answer_like_one_process(
         assert alone._pool is None
         for k in (1, 3):
             assert as_tuples(pooled.search(queries, k)) == as_tuples(alone.search(queries, k))
-        # the helpers did answer: a slice ranked in a helper equals the local ranking
-        slices = pooled._pool.rank(queries[:9], 3, lambda q, k: [])
-        assert len(slices) == 6  # 9 queries in 3 slices; the local one stubbed out
-        for (rows, scores), hits in zip(slices, alone.search(queries[3:9], 3), strict=True):
+        # chunks go to whoever is free: a slow local process leaves most to the helpers
+        local_chunks: list[int] = []
+
+        def slow_local(chunk: list[str], k: int) -> list:
+            local_chunks.append(len(chunk))
+            time.sleep(0.05)
+            return alone.rank(chunk, k)
+
+        ranked = pooled._pool.rank(queries[:9], 3, slow_local)
+        assert sum(local_chunks) < 9  # 9 chunks of one query; helpers answered some
+        for (rows, scores), hits in zip(ranked, alone.search(queries[:9], 3), strict=True):
             assert [str(r) for r in rows.tolist()] == [h.document.id for h in hits]
             assert scores.tolist() == [h.score for h in hits]
         assert pooled.search(queries[:2], 3) == alone.search(queries[:2], 3)  # too few: local

@@ -91,6 +91,24 @@ def test_apply_exports_for_torch_and_children(monkeypatch: pytest.MonkeyPatch) -
         torch.set_num_threads(before)
 
 
+def test_searchrl_threads_wins_over_an_inherited_omp_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server started with SEARCHRL_THREADS=2 by a process that exported OMP_NUM_THREADS=1
+    ran faiss on one thread: the choice was 2, the exported variable stayed 1."""
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    monkeypatch.setenv("SEARCHRL_THREADS", "2")
+    try:
+        assert apply_threads().threads == 2
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "2"
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
     ("bind", "cores", "expected"),
     [("auto", 2, 1), ("auto", 1, 1), ("auto", 16, 15), ("nobind", 2, 2), ("0", 2, 1),
