@@ -119,6 +119,28 @@ def exhaustive_top_k(
     return top_k(rows, lists.score(terms, weights, rows), k)
 
 
+def accumulated_top_k(
+    lists: PostingLists, terms: np.ndarray, weights: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score every passage holding a query term (no pruning) by adding each term's weighted
+    postings in float32, term by term in increasing term id: what the sparse product
+    `query @ scores` computes, bit for bit. Not the product itself: scipy's sparse product
+    allocates and fills an array over all passages on every call, ~0.1 s at 21M passages
+    for a query with a single posting."""
+    parts = [np.asarray(lists.postings(int(t))) for t in terms]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    rows, at = _union(parts)
+    total = np.zeros(len(rows), dtype=np.float32)
+    offset = 0
+    for term, weight, part in zip(terms.tolist(), weights.tolist(), parts, strict=True):
+        start, n = int(lists.indptr[term]), len(part)
+        # one posting per passage and term: fancy-index addition never repeats a row
+        total[at[offset : offset + n]] += np.float32(weight) * lists.data[start : start + n]
+        offset += n
+    return top_k(rows, total, k)
+
+
 def max_scores_of(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     """Each term's largest score (0 for a term without postings), for indexes built before
     `max_scores.npy` was stored."""
