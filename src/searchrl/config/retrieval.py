@@ -67,7 +67,8 @@ class BM25Config:
     prune_above: NonNegativeInt = 20_000
     """Queries whose terms have more postings than this in total are answered with exact
     MaxScore pruning (reading the rare terms' postings and a few pages of the common ones')
-    when that reads less than half of them; smaller ones go to one sparse product per batch."""
+    when that reads less than half of them; smaller ones go to one sparse product per batch
+    (scored one by one above a million passages, `bm25.PRODUCT_MAX_PASSAGES`)."""
     processes: PositiveInt = 1
     """Processes that answer a batch of queries together (this one plus helpers that open the
     same memory-mapped index, `retrieval.bm25_pool`): 2 on an otherwise idle 2-core machine
