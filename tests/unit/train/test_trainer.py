@@ -141,7 +141,8 @@ def test_first_minibatch_shortcut_matches_recomputed_old_logprobs(
 ) -> None:
     """One mini-batch: no old-log-prob forward at all; two: only the second one's rows get
     it (the first meets unchanged weights), and the update is the one a full recomputation
-    gives."""
+    gives. The engine is pinned to the trainer's fp32: on a CPU with fast bf16 the default
+    engine samples in bf16, and then every row's π_old is recomputed for the correction."""
     from searchrl.train import loop
 
     computed: list[list[int]] = []
@@ -152,12 +153,13 @@ def test_first_minibatch_shortcut_matches_recomputed_old_logprobs(
         return real(model, batch, rows, *args)
 
     monkeypatch.setattr(loop, "logprobs_of_rows", counting)
-    fast = make_trainer(batch_size=2, mini_batch_size=mini_batch_size)
+    fp32_engine = {"backend": "hf", "generation_dtype": "float32"}
+    fast = make_trainer(batch_size=2, mini_batch_size=mini_batch_size, model=fp32_engine)
     fast.step()
     rows = 2 * fast.config.n_samples
     first = set(fast._current_rows(rows))  # the step counter moved: the next step's split
     assert len(computed) == 1 and len(computed[0]) == rows - rows // (2 // mini_batch_size)
-    slow = make_trainer(batch_size=2, mini_batch_size=mini_batch_size)
+    slow = make_trainer(batch_size=2, mini_batch_size=mini_batch_size, model=fp32_engine)
     monkeypatch.setattr(slow, "_current_rows", lambda rows: frozenset())
     slow.step()
     assert len(computed) == 2 and len(computed[1]) == rows
