@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from itertools import pairwise
@@ -41,15 +42,18 @@ from rich.console import Console
 
 from scale_parts import (
     Progress,
+    Slice,
     SyntheticVectors,
     batched_qps,
     concurrent_qps,
     directory_mb,
+    exact_rows,
     fit_synthetic_model,
     process_memory_mb,
     run_child,
     save_json,
     start_server,
+    top10,
 )
 from searchrl.config import load_config
 from searchrl.config.retrieval import DEFAULT_ENCODER, RetrievalConfig
@@ -185,39 +189,12 @@ def stage_exact(run: Run) -> dict:
     edges = np.linspace(0, rows, run.args.processes + 1).astype(np.int64)
     jobs = [(run.model, rows, queries, int(a), int(b)) for a, b in pairwise(edges)]
     with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
-        parts = list(pool.map(_exact_rows, *zip(*jobs, strict=True)))
+        parts = list(pool.map(exact_rows, *zip(*jobs, strict=True)))
     scores = np.concatenate([p[0] for p in parts], axis=1)
     found = np.concatenate([p[1] for p in parts], axis=1)
-    best_s, best_i = _top10(scores, found)
+    best_s, best_i = top10(scores, found)
     np.savez(run.root / "exact.npz", scores=best_s, rows=best_i)
     return {"queries": len(queries), "processes": len(jobs)}
-
-
-def _top10(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 10 best (scores, rows) per query row, best first."""
-    top = np.argpartition(-scores, 10, axis=1)[:, :10]
-    scores, rows = np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
-    order = np.argsort(-scores, axis=1, kind="stable")
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
-
-
-def _exact_rows(
-    model: Path, total: int, queries: np.ndarray, start: int, stop: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-10 over synthetic rows [start, stop) (one process's share)."""
-    source = SyntheticVectors(model, total)
-    best_s = np.full((len(queries), 10), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), 10), dtype=np.int64)
-    step = Progress(f"exact search [{start:,}, {stop:,})", stop - start)
-    for first in range(start, stop, 1 << 18):
-        chunk = np.arange(first, min(first + (1 << 18), stop))
-        scores = queries @ source.vectors(chunk).T
-        best_s, best_i = _top10(
-            np.concatenate([best_s, scores], axis=1),
-            np.concatenate([best_i, np.broadcast_to(chunk, scores.shape)], axis=1),
-        )
-        step(len(chunk))
-    return best_s, best_i
 
 
 def stage_bm25_speed(run: Run) -> dict:
@@ -237,13 +214,26 @@ def stage_bm25_speed(run: Run) -> dict:
         out[f"batch{batch}"] = batched_qps(lambda q: retriever.search(q, 3), queries, batch)
     out.update(serve_measure(run, ["--index", str(run.bm25)], queries))
     # both cores: one helper process opens the same index (`bm25.processes=2`)
-    config = replace(run.config.bm25, processes=2)
-    pooled = BM25Retriever.load(run.bm25, config)
-    for batch in BATCHES[1:]:
-        out[f"2proc_batch{batch}"] = batched_qps(lambda q: pooled.search(q, 3), queries, batch)
-    served = serve_measure(run, ["--index", str(run.bm25), "--set", "bm25.processes=2"], queries)
-    out.update({f"2proc_{name}": value for name, value in served.items()})
+    pooled = BM25Retriever.load(run.bm25, replace(run.config.bm25, processes=2))
+    serve_args = ["--index", str(run.bm25), "--set", "bm25.processes=2"]
+    out.update(both_cores(run, "2proc_", lambda q: pooled.search(q, 3), queries, serve_args))
     return out
+
+
+def both_cores(
+    run: Run,
+    prefix: str,
+    search: Callable[[list], object],
+    queries: list,
+    serve_args: list[str],
+    texts: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """The rows measured with both cores (batches of 16 and 64 in process, then the server
+    started with `serve_args` and `env`, asked `texts` or else `queries`), keys prefixed."""
+    out = {f"batch{batch}": batched_qps(search, queries, batch) for batch in BATCHES[1:]}
+    out.update(serve_measure(run, serve_args, texts or queries, env))
+    return {f"{prefix}{name}": value for name, value in out.items()}
 
 
 def serve_measure(
@@ -288,11 +278,9 @@ def stage_dense_speed(run: Run) -> dict:
     import faiss
 
     faiss.omp_set_num_threads(2)
-    for batch in BATCHES[1:]:
-        out[f"2thr_batch{batch}"] = batched_qps(lambda q: index.search(np.stack(q), 3),
-                                                list(queries), batch)  # fmt: skip
-    served = serve_measure(run, ["--index", str(run.dense)], texts, {"SEARCHRL_THREADS": "2"})
-    out.update({f"2thr_{name}": value for name, value in served.items()})
+    search = lambda q: index.search(np.stack(q), 3)  # noqa: E731
+    serve_args, env = ["--index", str(run.dense)], {"SEARCHRL_THREADS": "2"}
+    out.update(both_cores(run, "2thr_", search, list(queries), serve_args, texts, env))
     return out
 
 
@@ -321,16 +309,6 @@ def dense_shards(run: Run, bm25_shards: Path) -> Path:
     params = {"kind": "dense", "shards": names, "bounds": bounds}
     write_manifest(out, "sharded", read_manifest(run.bm25).corpus, params, DEFAULT_ENCODER)
     return out
-
-
-class Slice:
-    """Rows [start, stop) of a vector source, renumbered from 0 (one shard's vectors)."""
-
-    def __init__(self, source: SyntheticVectors, start: int, stop: int) -> None:
-        self.source, self.start, self.rows = source, start, stop - start
-
-    def vectors(self, rows: np.ndarray) -> np.ndarray:
-        return self.source.vectors(rows + self.start)
 
 
 def compare_served(run: Run, targets: dict[str, Path], queries: list[str]) -> dict:

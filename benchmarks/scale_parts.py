@@ -67,6 +67,43 @@ class SyntheticVectors:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
+class Slice:
+    """Rows [start, stop) of a vector source, renumbered from 0 (one shard's vectors)."""
+
+    def __init__(self, source: SyntheticVectors, start: int, stop: int) -> None:
+        self.source, self.start, self.rows = source, start, stop - start
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        return self.source.vectors(rows + self.start)
+
+
+def top10(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 10 best (scores, rows) per query row, best first."""
+    top = np.argpartition(-scores, 10, axis=1)[:, :10]
+    scores, rows = np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+def exact_rows(
+    model: Path, total: int, queries: np.ndarray, start: int, stop: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-10 over synthetic rows [start, stop) (one process's share)."""
+    source = SyntheticVectors(model, total)
+    best_s = np.full((len(queries), 10), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), 10), dtype=np.int64)
+    step = Progress(f"exact search [{start:,}, {stop:,})", stop - start)
+    for first in range(start, stop, 1 << 18):
+        chunk = np.arange(first, min(first + (1 << 18), stop))
+        scores = queries @ source.vectors(chunk).T
+        best_s, best_i = top10(
+            np.concatenate([best_s, scores], axis=1),
+            np.concatenate([best_i, np.broadcast_to(chunk, scores.shape)], axis=1),
+        )
+        step(len(chunk))
+    return best_s, best_i
+
+
 def fit_synthetic_model(vectors: np.ndarray, out: Path, clusters: int = 256) -> None:
     """k-means centres and the residual covariance's eigenbasis of real vectors."""
     import faiss
