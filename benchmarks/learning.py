@@ -216,7 +216,11 @@ def _behaviour(folder: Path) -> tuple[float, float, str] | None:
 
 def paired_gain(folder: Path, after: str, before: str, seed: int) -> PairedResult | None:
     """Per-question EM of `after` minus `before` on the same questions, with its 95% paired
-    bootstrap interval (None until both evaluations exist)."""
+    bootstrap interval (None until both evaluations have finished: an evaluation still writing
+    has a partial samples file and no summary yet, and pairing it would report a gain on the
+    questions answered so far)."""
+    if _summary(folder / after) is None or _summary(folder / before) is None:
+        return None
     a, b = _rows(folder / after), _rows(folder / before)
     if a is None or b is None:
         return None
