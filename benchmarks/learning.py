@@ -246,11 +246,18 @@ def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
     for arm in arms:
         label, warm, _ = ARMS[arm]
         out.append((label, f"eval_{arm}", f"eval_{warm}"))
-    if "weak" in arms:  # what RL is worth in references: the weak start's RL vs the full SFT
-        out.append(("RL from the weak warm start vs the full SFT", "eval_weak", "eval_sft"))
     out += [("SFT, unseen world", "evalx_sft", None)]
     if "recipe" in arms:
         out.append(("RL (recipe), unseen world", "evalx_recipe", "evalx_sft"))
+    return out
+
+
+def _pairs(arms: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(label, evaluation, the one it is paired against): every model against its start, and
+    the weak start's RL against the full SFT (what RL is worth in references)."""
+    out = [(label, name, base) for label, name, base in _models(arms) if base is not None]
+    if "weak" in arms:
+        out.append(("RL from the weak warm start vs the full SFT", "eval_weak", "eval_sft"))
     return out
 
 
@@ -260,12 +267,9 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     lines = ["| seed | model | EM [95% Wilson] | 1-hop | 2-hop | 3-hop | 4-hop "
              "| searches 1/2/3/4-hop | valid format | answered |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    listed = {name: label for label, name, _ in reversed(models)}  # each evaluation once
     for seed in seeds:
         d = root / f"seed{seed}"
         for label, name, _ in models:
-            if listed[name] != label:
-                continue
             s, behaviour = _summary(d / name), _behaviour(d / name)
             if s is None or behaviour is None:
                 continue
@@ -278,8 +282,6 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     lines += ["", "| model | EM, mean ± std over seeds | 1-hop | 2-hop | 3-hop | 4-hop |",
               "|---|---|---|---|---|---|"]  # fmt: skip
     for label, name, _ in models:
-        if listed[name] != label:
-            continue
         picked = [_summary(root / f"seed{s}" / name) for s in seeds]
         cells = " | ".join(_mean_std([_em(p, h) for p in picked]) for h in (1, 2, 3, 4))
         lines.append(f"| {label} | {_mean_std([_em(p) for p in picked])} | {cells} |")
@@ -287,8 +289,8 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
               "| sign-test p |", "|---|---|---|---|---|"]  # fmt: skip
     gains: dict[str, list[float]] = {}
     for seed in seeds:
-        for label, name, base in models:
-            gain = None if base is None else paired_gain(root / f"seed{seed}", name, base, seed)
+        for label, name, base in _pairs(arms):
+            gain = paired_gain(root / f"seed{seed}", name, base, seed)
             if gain is None:
                 continue
             gains.setdefault(label, []).append(gain.diff)
