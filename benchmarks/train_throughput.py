@@ -45,6 +45,8 @@ ARMS: dict[str, tuple[str, dict[str, object]]] = {
     "new-bf16": ("new", {"autocast": "bf16"}),  # bf16 autocast whatever the probe says
     "new-fp32": ("new", {"autocast": "fp32"}),
     "new-mb1": ("new", {"micro_batch_size": 1}),  # one sequence per forward: no packing gain
+    "new-mb4": ("new", {"micro_batch_size": 4}),  # four sequences packed in one forward
+    "new-mb8": ("new", {"micro_batch_size": 8}),  # an SFT step's whole batch in one forward
 }
 GROUPS, GROUP_SIZE = 4, 4
 
@@ -55,7 +57,7 @@ GROUPS, GROUP_SIZE = 4, 4
 def _worker(args: argparse.Namespace) -> None:
     """Measure one arm and print one JSON line (the last line of stdout)."""
     import random
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
     import torch
 
@@ -141,9 +143,12 @@ def _worker(args: argparse.Namespace) -> None:
 
     policy.eval()
     lp_wall, lp_cpu = timed(old_logprobs)
+    # the old tree's settings also say whether π_old is the live policy (always computed here)
+    known = {f.name for f in fields(UpdateSettings)}
     settings = UpdateSettings(
         micro_batch_size=micro, grad_clip=1.0, bf16=bf16, temperature=1.0, clip_eps=0.2,
         kl_coef=0.0, entropy_coef=0.0, value_clip=0.5,
+        **({"on_policy": False} if "on_policy" in known else {}),
     )  # fmt: skip
     exp = Experience(batch, mask, holder["old"], advantages)
     optimizer = make_optimizer(policy, 1e-5, 0.01)

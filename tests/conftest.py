@@ -26,6 +26,16 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(autouse=True)
+def hf_engine_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model.backend=auto` means vLLM where it is installed and bf16 is fast; in-process tests
+    keep the HF engine they were written for (a vLLM start costs ~30 CPU-seconds each), and
+    the engine tests ask for `backend="vllm"` explicitly."""
+    from searchrl.models import vllm_backend
+
+    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """Run a module on one torch thread: tiny matmuls on 2 busy cores are far slower with two

