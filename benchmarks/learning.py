@@ -49,7 +49,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
-from stages import HOPS, ROLLOUT, call, read_times, record, searchrl
+from stages import HOPS, ROLLOUT, read_times, run_stage, searchrl
 
 OLD = ("algo.loss_agg=seq-mean-token-mean", "reward.no_answer_score=0.0",
        "rollout.force_answer=false", "rollout.max_turns=4", "optim.lr=1e-5",
@@ -149,7 +149,7 @@ class Seed:
         if marker.exists():
             return
         log = self.dir / f"{stage}.log"
-        record(self.times_path, stage, [call(cmd, log, threads) for cmd in commands])
+        run_stage(self.times_path, stage, commands, log, threads)
 
 
 def run_all(root: Path, args: argparse.Namespace) -> None:

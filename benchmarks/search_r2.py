@@ -40,7 +40,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from search_r2_summary import summarize
-from stages import HOPS, ROLLOUT, call, record, searchrl
+from stages import HOPS, ROLLOUT, run_stage, searchrl
 
 R1 = ("refiner.enabled=false", "refiner.joint=false", "reward.kind=em")
 TRACES_ONLY = ("refiner.joint=false", "reward.kind=em")
@@ -142,7 +142,7 @@ class Seed:
         if marker.exists():
             return
         log = self.dir / f"{stage}.log"
-        record(self.times_path, stage, [call(cmd, log, threads) for cmd in commands])
+        run_stage(self.times_path, stage, commands, log, threads)
 
 
 def run_all(root: Path, args: argparse.Namespace) -> None:

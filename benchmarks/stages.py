@@ -43,9 +43,34 @@ def call(cmd: Sequence[str], log: Path, threads: int) -> Spent:
         process = subprocess.Popen(list(cmd), stdout=handle, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
+    spent = Spent(time.perf_counter() - start, usage.ru_utime + usage.ru_stime)
     if process.returncode != 0:
-        raise SystemExit(f"stage failed ({' '.join(cmd[:3])} …), see {log}")
-    return Spent(time.perf_counter() - start, usage.ru_utime + usage.ru_stime)
+        raise StageFailed(f"stage failed ({' '.join(cmd[:3])} …), see {log}", spent)
+    return spent
+
+
+class StageFailed(SystemExit):
+    """A stage's command exited non-zero (or was killed); `spent` is what it cost until then."""
+
+    def __init__(self, message: str, spent: Spent) -> None:
+        super().__init__(message)
+        self.spent = spent
+
+
+def run_stage(times: Path, stage: str, commands: Sequence[Sequence[str]], log: Path,
+              threads: int) -> None:  # fmt: skip
+    """Run a stage's commands in order and add what they cost to `times`, a failed or killed
+    command's included: a stage resumed after a crash then adds up to its whole cost (a seed's
+    RL stage once showed 25 of its 70 minutes after an out-of-memory kill)."""
+    spent: list[Spent] = []
+    try:
+        for cmd in commands:
+            spent.append(call(cmd, log, threads))
+    except StageFailed as failed:
+        spent.append(failed.spent)
+        raise
+    finally:
+        record(times, stage, spent)
 
 
 def record(path: Path, stage: str, spent: Sequence[Spent]) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from stages import Spent, call, read_times, record
+from stages import Spent, call, read_times, record, run_stage
 
 SPIN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
 PARENT = (
@@ -41,3 +41,16 @@ def test_resumed_stages_add_up_and_old_entries_read_as_wall_time(tmp_path: Path)
     times = read_times(path)
     assert times["sft"] == {"wall": 120.0, "cpu": None}
     assert times["recipe"] == {"wall": 100.0, "cpu": 125.0}
+
+
+def test_a_failed_stage_still_records_what_it_cost(tmp_path: Path) -> None:
+    """A stage killed part-way (out of memory, a crash) and resumed later must add up to its
+    whole cost: the failed command's time is recorded before the benchmark stops."""
+    path = tmp_path / "times.json"
+    ok = [sys.executable, "-c", SPIN.format(s=0.2)]
+    dies = [sys.executable, "-c", SPIN.format(s=0.3) + "raise SystemExit(3)\n"]
+    with pytest.raises(SystemExit, match="stage failed"):
+        run_stage(path, "recipe", [ok, dies], tmp_path / "stage.log", threads=1)
+    assert read_times(path)["recipe"]["cpu"] >= 0.45  # both commands, the failed one included
+    run_stage(path, "recipe", [ok], tmp_path / "stage.log", threads=1)  # the resumed run
+    assert read_times(path)["recipe"]["cpu"] >= 0.65
