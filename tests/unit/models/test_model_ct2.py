@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import ct2_backend, loading, vllm_backend
+from searchrl.models import ct2_backend, loading
 from searchrl.models.ct2_backend import CT2Backend, EngineUnavailable
 from searchrl.models.generation import SamplingParams
 from searchrl.models.hf_backend import HFBackend
@@ -163,7 +163,6 @@ def test_auto_backend_is_hf_with_a_bf16_copy_only_where_bf16_measures_fast(
     """Multi-turn rollouts need the HF backend's KV cache across turns (CTranslate2 int8 was 3x
     slower on whole rollouts of an AVX512-BF16 Xeon without AMX); the bf16 copy follows the
     precision probe."""
-    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)
     for native, dtype in ((True, torch.bfloat16), (False, None)):
         monkeypatch.setattr(loading, "fast_bf16", lambda device, native=native: native)
         assert resolve_backend(ModelConfig(device="cpu")) == "hf"
