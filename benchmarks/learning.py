@@ -35,6 +35,9 @@ unseen world.
 Every stage is a CLI call whose output folder marks it done, so a killed benchmark resumes
 where it stopped (training resumes from its last checkpoint). SFT and RL wall and CPU times
 are recorded per seed (`times.json`; CPU = every process of the stage, engines included).
+Arms of one seed can run as separate processes side by side (`--arms ppo` on one core,
+`--arms big_steps` on the other): a stage is locked while it runs (`<seed>/.locks/`), a shared
+warm start is trained once, and an evaluation the other process is running is left to it.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
-from stages import HOPS, ROLLOUT, read_times, run_stage, searchrl
+from stages import HOPS, ROLLOUT, read_times, run_stage, searchrl, stage_lock
 
 OLD = ("algo.loss_agg=seq-mean-token-mean", "reward.no_answer_score=0.0",
        "rollout.force_answer=false", "rollout.max_turns=4", "optim.lr=1e-5",
@@ -144,12 +147,16 @@ class Seed:
         world = "cross" if stage.startswith("evalx_") else "world"
         return d / stage / "summary.json", self._eval(model, world, stage)
 
-    def run(self, stage: str, threads: int) -> None:
-        marker, commands = self.commands(stage)
-        if marker.exists():
-            return
-        log = self.dir / f"{stage}.log"
-        run_stage(self.times_path, stage, commands, log, threads)
+    def run(self, stage: str, threads: int, *, wait: bool = True) -> bool:
+        """Run `stage` unless it is done; False when another process holds it and `wait` is
+        off (it is not done yet)."""
+        with stage_lock(self.dir, stage, wait=wait) as held:
+            if not held:
+                return False
+            marker, commands = self.commands(stage)  # done by the holder we may have waited for
+            if not marker.exists():
+                run_stage(self.times_path, stage, commands, self.dir / f"{stage}.log", threads)
+            return True
 
 
 def run_all(root: Path, args: argparse.Namespace) -> None:
@@ -163,10 +170,20 @@ def run_all(root: Path, args: argparse.Namespace) -> None:
         task = progress.add_task("", total=len(todo))
 
         def work(seed: Seed) -> None:
+            # An evaluation another process is running (a second benchmark on the same seed,
+            # `--arms` another arm) is left to it; the next training stage starts meanwhile,
+            # and the evaluation is waited for at the end. Training stages are waited for:
+            # the next ones start from their checkpoints.
+            deferred = []
             for stage in seed.stages():
                 if seed.commands(stage)[0].exists():
                     continue
                 progress.update(task, description=f"seed {seed.seed}: {stage}")
+                if seed.run(stage, args.threads, wait=not stage.startswith("eval")):
+                    progress.advance(task)
+                else:
+                    deferred.append(stage)
+            for stage in deferred:
                 seed.run(stage, args.threads)
                 progress.advance(task)
 

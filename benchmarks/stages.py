@@ -4,12 +4,14 @@ output in a log) is run."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,17 +75,39 @@ def run_stage(times: Path, stage: str, commands: Sequence[Sequence[str]], log: P
         record(times, stage, spent)
 
 
+@contextmanager
+def stage_lock(folder: Path, stage: str, *, wait: bool = True) -> Iterator[bool]:
+    """Hold `folder/.locks/<stage>` for as long as the block runs, so that two benchmark
+    processes working on one seed (one per arm, each on its own core) never run the same stage
+    side by side. Yields True when held; with `wait=False` it yields False at once when another
+    process holds it (the caller can do other work and come back). The lock is the kernel's
+    (`flock`): a killed holder releases it."""
+    locks = folder / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with (locks / stage).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def record(path: Path, stage: str, spent: Sequence[Spent]) -> None:
     """Add a stage's wall and CPU seconds to the seed's `times.json` (a resumed stage adds
     up): {stage: {"wall": s, "cpu": s}}; entries written as plain seconds (older runs) are
-    read as wall time."""
-    times = read_times(path)
-    entry = times.get(stage, {"wall": 0.0, "cpu": 0.0})
-    times[stage] = {
-        "wall": entry.get("wall", 0.0) + sum(s.wall for s in spent),
-        "cpu": (entry.get("cpu") or 0.0) + sum(s.cpu for s in spent),
-    }
-    path.write_text(json.dumps(times, indent=2) + "\n")
+    read as wall time. Under a lock: processes sharing a seed write the same file."""
+    with stage_lock(path.parent, path.name):
+        times = read_times(path)
+        entry = times.get(stage, {"wall": 0.0, "cpu": 0.0})
+        times[stage] = {
+            "wall": entry.get("wall", 0.0) + sum(s.wall for s in spent),
+            "cpu": (entry.get("cpu") or 0.0) + sum(s.cpu for s in spent),
+        }
+        path.write_text(json.dumps(times, indent=2) + "\n")
 
 
 def read_times(path: Path) -> dict[str, dict[str, float]]:

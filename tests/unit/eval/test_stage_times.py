@@ -5,6 +5,7 @@ grandchildren of the benchmark); the learning issue's budget is in CPU minutes p
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from stages import Spent, call, read_times, record, run_stage
+from stages import Spent, call, read_times, record, run_stage, stage_lock
 
 SPIN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
 PARENT = (
@@ -54,3 +55,46 @@ def test_a_failed_stage_still_records_what_it_cost(tmp_path: Path) -> None:
     assert read_times(path)["recipe"]["cpu"] >= 0.45  # both commands, the failed one included
     run_stage(path, "recipe", [ok], tmp_path / "stage.log", threads=1)  # the resumed run
     assert read_times(path)["recipe"]["cpu"] >= 0.65
+
+
+HOLD = (
+    "import fcntl, sys, time\n"
+    "handle = open(sys.argv[1], 'a')\n"
+    "fcntl.flock(handle, fcntl.LOCK_EX)\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def _holder(lock: Path) -> subprocess.Popen[str]:
+    """Another benchmark process holding `lock` until its stdin closes."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-c", HOLD, str(lock)]
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_stage_another_process_runs_is_not_run_twice(tmp_path: Path) -> None:
+    """Two learning benchmarks on one seed (one arm each): an evaluation the other process is
+    running is left to it (`wait=False` says so and runs nothing), and once it has finished
+    the waiting process finds it done instead of running it again."""
+    import argparse
+
+    from learning import Seed
+
+    args = argparse.Namespace(arms=["recipe"], engine="auto", test=4, train=4, entities=10)
+    seed = Seed(tmp_path, 0, args)
+    holder = _holder(seed.dir / ".locks" / "eval_sft")
+    try:
+        with stage_lock(seed.dir, "eval_sft", wait=False) as held:
+            assert not held
+        assert seed.run("eval_sft", threads=1, wait=False) is False
+        assert not (seed.dir / "eval_sft.log").exists()  # nothing ran
+        (seed.dir / "eval_sft").mkdir()
+        (seed.dir / "eval_sft" / "summary.json").write_text("{}")  # the holder finished it
+    finally:
+        holder.communicate("")
+    assert seed.run("eval_sft", threads=1, wait=False) is True
+    assert not (seed.dir / "eval_sft.log").exists()  # found done, not run again
+    assert "eval_sft" not in read_times(seed.times_path)
