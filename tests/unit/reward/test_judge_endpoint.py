@@ -42,28 +42,35 @@ class _Endpoint(BaseHTTPRequestHandler):
             cls.in_flight += 1
             cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
         try:
-            prompt = body["messages"][-1]["content"]
-            question = prompt.split("Question: ")[1].split("\n")[0]
-            time.sleep(0.2)
-            if question.startswith("SLOW"):
-                time.sleep(2.0)
-            if question.startswith("FLAKY"):
-                with cls.lock:
-                    cls.flaky_seen += 1
-                    first = cls.flaky_seen == 1
-                if first:
-                    self._send(500, b'{"error": "warming up"}')
-                    return
-            content = (
-                "The weather is nice."
-                if question.startswith("GARBLE")
-                else "<think>hmm</think>\nCollection 1: yes\nCollection 2: no\nFinal Answer: 1"
-            )
-            reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
-            self._send(200, json.dumps(reply).encode())
+            status, data = self._answer(body)
         finally:
+            # Out of flight before the reply is written: the client may send its next request
+            # the moment it has read this one, before a decrement placed after the write runs
+            # (the count then read one more than the client's limit, a flaky failure).
             with cls.lock:
                 cls.in_flight -= 1
+        self._send(status, data)
+
+    def _answer(self, body: dict) -> tuple[int, bytes]:
+        cls = type(self)
+        prompt = body["messages"][-1]["content"]
+        question = prompt.split("Question: ")[1].split("\n")[0]
+        time.sleep(0.2)
+        if question.startswith("SLOW"):
+            time.sleep(2.0)
+        if question.startswith("FLAKY"):
+            with cls.lock:
+                cls.flaky_seen += 1
+                first = cls.flaky_seen == 1
+            if first:
+                return 500, b'{"error": "warming up"}'
+        content = (
+            "The weather is nice."
+            if question.startswith("GARBLE")
+            else "<think>hmm</think>\nCollection 1: yes\nCollection 2: no\nFinal Answer: 1"
+        )
+        reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+        return 200, json.dumps(reply).encode()
 
     def _send(self, status: int, data: bytes) -> None:
         self.send_response(status)
