@@ -270,11 +270,15 @@ def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
 
 
 def _pairs(arms: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(label, evaluation, the one it is paired against): every model against its start, and
-    the weak start's RL against the full SFT (what RL is worth in references)."""
+    """(label, evaluation, the one it is paired against): every model against its start, the
+    weak start's RL against the full SFT (what RL is worth in references), and every lever arm
+    against the recipe on the same questions (what the lever did, not two noisy gains)."""
     out = [(label, name, base) for label, name, base in _models(arms) if base is not None]
     if "weak" in arms:
         out.append(("RL from the weak warm start vs the full SFT", "eval_weak", "eval_sft"))
+    if "recipe" in arms:
+        out += [(f"{ARMS[a][0]} vs the recipe", f"eval_{a}", "eval_recipe")
+                for a in arms if ARMS[a][1] == "sft" and a != "recipe"]  # fmt: skip
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from learning import paired_gain
+from learning import _pairs, paired_gain
 
 
 def _write_eval(folder: Path, ems: list[float], finished: bool) -> None:
@@ -33,3 +33,12 @@ def test_finished_evaluations_are_paired_question_by_question(tmp_path: Path) ->
     assert gain is not None
     assert gain.diff == 0.0
     assert (gain.wins, gain.losses) == (1, 1)
+
+
+def test_lever_arms_are_paired_against_the_recipe_only_when_it_ran() -> None:
+    with_recipe = {(name, base) for _, name, base in _pairs(["recipe", "old", "weak"])}
+    assert ("eval_old", "eval_recipe") in with_recipe
+    assert ("eval_old", "eval_sft") in with_recipe
+    assert ("eval_weak", "eval_recipe") not in with_recipe  # another warm start: not a lever
+    without = {(name, base) for _, name, base in _pairs(["old", "ppo"])}
+    assert not any(base == "eval_recipe" for _, base in without)
