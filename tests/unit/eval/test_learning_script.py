@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from learning import _pairs, paired_gain
+from learning_summary import _pairs, paired_gain
 
 
 def _write_eval(folder: Path, ems: list[float], finished: bool) -> None:

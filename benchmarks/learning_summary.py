@@ -1,0 +1,197 @@
+"""The tables and the PNG of `benchmarks/learning.py --summarize`: per-seed EM with Wilson
+intervals, the mean over seeds, paired gains (each model against its warm start, each lever arm
+against the recipe), the stages' times and the per-step curves. Read-only over the run folder,
+so it can run while the benchmark is still writing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from learning_arms import ARMS
+from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
+from stages import read_times
+
+
+def _rows(folder: Path) -> list[dict] | None:  # type: ignore[type-arg]
+    path = folder / "samples.jsonl"
+    if not path.is_file():
+        return None
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _summary(folder: Path) -> dict | None:  # type: ignore[type-arg]
+    path = folder / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _em(summary: dict | None, hop: int | None = None) -> float | None:  # type: ignore[type-arg]
+    """Overall EM (or EM of one hop stratum) of a `searchrl eval` summary."""
+    if summary is None:
+        return None
+    if hop is None:
+        return summary["overall"]["em"]["mean"]
+    stratum = summary.get("by_hops", {}).get(str(hop))
+    return None if stratum is None else stratum["em"]["mean"]
+
+
+def _behaviour(folder: Path) -> tuple[float, float, str] | None:
+    """(valid-format share, answered share, searches per question by hop) of an evaluation,
+    read from its per-sample file."""
+    from searchrl.reward.format import is_valid_sequence
+
+    rows = _rows(folder)
+    if not rows:
+        return None
+    texts = ["".join(s["text"] for s in r["trajectory"]["segments"]) for r in rows]
+    valid = statistics.fmean(is_valid_sequence(t) for t in texts)
+    answered = statistics.fmean(r["trajectory"]["answer"] is not None for r in rows)
+    summary = _summary(folder) or {}
+    by_hops = summary.get("by_hops", {})
+    searches = "/".join(f"{by_hops[h]['searches']['mean']:.2f}" if h in by_hops else "–"
+                        for h in ("1", "2", "3", "4"))  # fmt: skip
+    return valid, answered, searches
+
+
+def paired_gain(folder: Path, after: str, before: str, seed: int) -> PairedResult | None:
+    """Per-question EM of `after` minus `before` on the same questions, with its 95% paired
+    bootstrap interval (None until both evaluations have finished: an evaluation still writing
+    has a partial samples file and no summary yet, and pairing it would report a gain on the
+    questions answered so far)."""
+    if _summary(folder / after) is None or _summary(folder / before) is None:
+        return None
+    a, b = _rows(folder / after), _rows(folder / before)
+    if a is None or b is None:
+        return None
+    ea, eb = {r["id"]: float(r["em"]) for r in a}, {r["id"]: float(r["em"]) for r in b}
+    ids = sorted(ea.keys() & eb.keys())
+    return paired_test([ea[i] for i in ids], [eb[i] for i in ids], 4000, 0.95, seed)
+
+
+def _mean_std(values: Sequence[float | None]) -> str:
+    found = [v for v in values if v is not None]
+    if not found:
+        return "–"
+    if len(found) == 1:
+        return f"{found[0]:.3f}"
+    return f"{statistics.fmean(found):.3f} ± {statistics.stdev(found):.3f}"
+
+
+def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
+    """(label, evaluation folder, the evaluation it is paired against) in table order."""
+    out: list[tuple[str, str, str | None]] = [("SFT warm start", "eval_sft", None)]
+    if "weak" in arms:
+        out.append(("weak SFT warm start", "eval_sft_weak", None))
+    for arm in arms:
+        label, warm, _ = ARMS[arm]
+        out.append((label, f"eval_{arm}", f"eval_{warm}"))
+    out += [("SFT, unseen world", "evalx_sft", None)]
+    if "recipe" in arms:
+        out.append(("RL (recipe), unseen world", "evalx_recipe", "evalx_sft"))
+    return out
+
+
+def _pairs(arms: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(label, evaluation, the one it is paired against): every model against its start, the
+    weak start's RL against the full SFT (what RL is worth in references), and every lever arm
+    against the recipe on the same questions (what the lever did, not two noisy gains)."""
+    out = [(label, name, base) for label, name, base in _models(arms) if base is not None]
+    if "weak" in arms:
+        out.append(("RL from the weak warm start vs the full SFT", "eval_weak", "eval_sft"))
+    if "recipe" in arms:
+        out += [(f"{ARMS[a][0]} vs the recipe", f"eval_{a}", "eval_recipe")
+                for a in arms if ARMS[a][1] == "sft" and a != "recipe"]  # fmt: skip
+    return out
+
+
+def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
+    """Markdown tables (per seed; mean ± std over seeds; paired gains; times) and a PNG."""
+    models = _models(arms)
+    lines = ["| seed | model | EM [95% Wilson] | 1-hop | 2-hop | 3-hop | 4-hop "
+             "| searches 1/2/3/4-hop | valid format | answered |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for seed in seeds:
+        d = root / f"seed{seed}"
+        for label, name, _ in models:
+            s, behaviour = _summary(d / name), _behaviour(d / name)
+            if s is None or behaviour is None:
+                continue
+            # recomputed from the samples: evaluations run by older trees used other intervals
+            em = proportion_ci([float(r["em"]) for r in _rows(d / name) or []], 0.95)
+            hops = " | ".join("–" if (h := _em(s, k)) is None else f"{h:.3f}" for k in (1, 2, 3, 4))
+            lines.append(f"| {seed} | {label} | {em.mean:.3f} [{em.low:.3f}, "
+                         f"{em.high:.3f}] | {hops} | {behaviour[2]} | {behaviour[0]:.3f} | "
+                         f"{behaviour[1]:.3f} |")  # fmt: skip
+    lines += ["", "| model | EM, mean ± std over seeds | 1-hop | 2-hop | 3-hop | 4-hop |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for label, name, _ in models:
+        picked = [_summary(root / f"seed{s}" / name) for s in seeds]
+        cells = " | ".join(_mean_std([_em(p, h) for p in picked]) for h in (1, 2, 3, 4))
+        lines.append(f"| {label} | {_mean_std([_em(p) for p in picked])} | {cells} |")
+    lines += ["", "| seed | model | EM − its warm start's (95% paired bootstrap) | won / lost "
+              "| sign-test p |", "|---|---|---|---|---|"]  # fmt: skip
+    gains: dict[str, list[float]] = {}
+    for seed in seeds:
+        for label, name, base in _pairs(arms):
+            gain = paired_gain(root / f"seed{seed}", name, base, seed)
+            if gain is None:
+                continue
+            gains.setdefault(label, []).append(gain.diff)
+            lines.append(f"| {seed} | {label} | {gain.diff:+.3f} [{gain.low:+.3f}, "
+                         f"{gain.high:+.3f}] | {gain.wins} / {gain.losses} | "
+                         f"{gain.p_value:.2g} |")  # fmt: skip
+    for label, diffs in gains.items():
+        lines.append(f"| mean | {label} | {statistics.fmean(diffs):+.3f} over {len(diffs)} "
+                     "seed(s) | | |")  # fmt: skip
+    lines += ["", "| seed | stage | wall minutes | CPU minutes |", "|---|---|---|---|"]
+    for seed in seeds:
+        times = read_times(root / f"seed{seed}" / "times.json")
+        for stage in ("sft", "sft_weak", *arms):
+            if stage in times:
+                cpu = times[stage]["cpu"]
+                shown = "not recorded" if cpu is None else f"{cpu / 60:.1f}"
+                lines.append(f"| {seed} | {stage} | {times[stage]['wall'] / 60:.1f} | {shown} |")
+    _plot(root, seeds, arms)
+    table = "\n".join(lines)
+    (root / "summary.md").write_text(table + "\n")
+    return table
+
+
+def _plot(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> None:
+    """Per RL step, mean over seeds (band = ±1 std): train reward, searches, unanswered share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("critic/score/mean", "train reward"),
+              ("env/number_of_valid_search", "searches / trajectory"),
+              ("rollout/no_answer", "ended without an answer"))  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for arm in arms:
+        runs = []
+        for seed in seeds:
+            path = root / f"seed{seed}" / arm / "metrics.jsonl"
+            if path.is_file():
+                runs.append([json.loads(x) for x in path.read_text().splitlines() if x.strip()])
+        for ax, (key, title) in zip(axes, panels, strict=True):
+            ax.set_title(title)
+            ax.set_xlabel("RL step")
+            ax.grid(alpha=0.3)
+            series = [[r.get(key, 0.0) for r in run if r["step"] > 0] for run in runs]
+            length = min((len(s) for s in series), default=0)
+            if length == 0:
+                continue
+            per_step = [[s[i] for s in series] for i in range(length)]
+            mean = [statistics.fmean(v) for v in per_step]
+            std = [statistics.pstdev(v) for v in per_step]
+            xs = list(range(1, length + 1))
+            ax.plot(xs, mean, lw=2, label=f"{arm} ({len(series)} seeds)")
+            ax.fill_between(xs, [m - s for m, s in zip(mean, std, strict=True)],
+                            [m + s for m, s in zip(mean, std, strict=True)], alpha=0.2)  # fmt: skip
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(root / "learning.png", dpi=110)
+    plt.close(fig)
