@@ -39,7 +39,7 @@ from searchrl.eval.harness import Resources, evaluate, retriever_identity
 from searchrl.eval.registry import METHODS
 from searchrl.eval.sets import load_sets
 from searchrl.models.loading import load_policy
-from searchrl.report.grid import grid_markdown, load_summaries
+from searchrl.report.grid import grid_markdown, load_summaries, world_hops_markdown
 from searchrl.retrieval import build_index, load_index
 
 SHARED = Path(
@@ -290,7 +290,9 @@ def main() -> None:
     if not args.table_only:
         args.out.mkdir(parents=True, exist_ok=True)
         run_cells(args, cells(args))
-    text = grid_markdown(load_summaries(args.out / "evals"))
+    summaries = load_summaries(args.out / "evals")
+    hops = world_hops_markdown(summaries)
+    text = grid_markdown(summaries) + "\nThe world by hop count:\n\n" + hops
     (args.out / "table.md").write_text(text)
     print(text)
 

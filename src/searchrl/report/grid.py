@@ -147,6 +147,36 @@ def grid_markdown(evals: Sequence[Evaluation]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def world_hops_markdown(evals: Sequence[Evaluation]) -> str:
+    """The world's EM by hop count and its searches per question, one row per world
+    evaluation (the grid's order): where one retrieval suffices and where a search policy
+    is needed is a property of the hop count, which the grid's 1-hop / multi-hop split blurs."""
+    rows = [e for e in evals if e.summary and list(e.summary.get("by_set", {})) == [WORLD]]
+    rank = {(r.method, r.retriever, r.model): i for i, r in enumerate(grid_rows(rows))}
+    rows.sort(key=lambda e: rank[(e.method, e.retriever, str(e.summary.get("model", "")))])
+    hops = sorted({h for e in rows for h in e.summary.get("by_hops", {})}, key=int)
+    if not rows:
+        return "No world evaluations.\n"
+    header = ["method", "retriever", "questions", "EM", *(f"{h}-hop ({_hop_n(rows, h)})"
+              for h in hops), "searches / q"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in rows:
+        overall, by_hops = e.summary["overall"], e.summary.get("by_hops", {})
+        em_all = overall["em"]
+        em = f"{em_all['mean']:.3f} [{em_all['low']:.3f}, {em_all['high']:.3f}]"
+        per_hop = [f"{by_hops[h]['em']['mean']:.2f}" if h in by_hops else "–" for h in hops]
+        searches = f"{overall['searches']['mean']:.2f}"
+        lines.append("| " + " | ".join([e.method, e.retriever, str(overall["n"]), em, *per_hop,
+                                          searches]) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _hop_n(rows: Sequence[Evaluation], hop: str) -> str:
+    """The number of `hop`-hop questions: one number when every row has the same, else a range."""
+    sizes = sorted({e.summary["by_hops"][hop]["n"] for e in rows if hop in e.summary["by_hops"]})
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
+
+
 def load_summaries(root: Path) -> list[Evaluation]:
     """Evaluation folders under `root` with their summary and run record only (no rows), for
     a grid of many large folders."""

@@ -10,7 +10,7 @@ import pytest
 
 from searchrl.eval.summary import summarize
 from searchrl.report.collect import Evaluation
-from searchrl.report.grid import grid_markdown, grid_rows, load_summaries
+from searchrl.report.grid import grid_markdown, grid_rows, load_summaries, world_hops_markdown
 from searchrl.report.page import grid_section
 
 SEVEN = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
@@ -75,3 +75,15 @@ def test_markdown_and_html(evals: list[Evaluation], tmp_path: Path) -> None:
     assert 'class="grid-table"' in html and html.count("<tr>") == 4
     assert [e.path.name for e in load_summaries(tmp_path)] == sorted(e.path.name for e in evals)
     assert grid_markdown(load_summaries(tmp_path)) == table  # summaries alone are enough
+
+
+def test_world_by_hops(evals: list[Evaluation]) -> None:
+    header, _, *lines = world_hops_markdown(evals).strip().splitlines()
+    # world-only folders, the grid's method order; hop sizes from the rows (hops 1, 2, 3, 1)
+    assert header == ("| method | retriever | questions | EM | 1-hop (2) | 2-hop (1) | 3-hop (1) "
+                      "| searches / q |")  # fmt: skip
+    assert [line.split(" | ")[:3] for line in lines] == [["| direct", "none", "4"],
+                                                         ["| rag", "bm25", "4"]]  # fmt: skip
+    assert lines[1].split(" | ")[4:7] == ["0.50", "0.00", "0.00"]  # 1-hop: one right of two
+    assert lines[1].startswith("| rag | bm25 | 4 | 0.250 [") and lines[1].endswith(" | 1.00 |")
+    assert world_hops_markdown(evals[:1]) == "No world evaluations.\n"
