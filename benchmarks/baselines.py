@@ -38,6 +38,7 @@ from searchrl.data.world import generate_world, write_world
 from searchrl.eval.harness import Resources, evaluate, retriever_identity
 from searchrl.eval.registry import METHODS
 from searchrl.eval.sets import load_sets
+from searchrl.eval.store import BusyError
 from searchrl.models.loading import load_policy
 from searchrl.report.grid import grid_markdown, load_summaries, world_hops_markdown
 from searchrl.retrieval import build_index, load_index
@@ -277,7 +278,11 @@ def run_cells(args: argparse.Namespace, todo: list[Cell]) -> None:
         )
         tracker.begin(f"cell {number}/{len(todo)} {cell.name}", done[cell], sizes[cell])
         started = time.perf_counter()
-        summary = evaluate(config, questions[cell.data], folder, resources, on_batch=tracker)
+        try:
+            summary = evaluate(config, questions[cell.data], folder, resources, on_batch=tracker)
+        except BusyError:  # another invocation sharing OUT is writing this cell: leave it
+            print(f"{cell.name}: skipped, another process is evaluating it", flush=True)
+            continue
         em = summary["overall"]["em"]
         print(f"{cell.name}: EM {em['mean']:.3f} [{em['low']:.3f}, {em['high']:.3f}], "
               f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip

@@ -25,6 +25,11 @@ class StoreError(SearchRLError, RuntimeError):
     """The sample file is unusable (a corrupt line in the middle) or locked by another run."""
 
 
+class BusyError(StoreError):
+    """Another process holds the folder's writer lock: the folder is fine, just taken (a
+    caller running many evaluations can go on with the others)."""
+
+
 class SampleStore:
     """`samples.jsonl` in an evaluation folder: `load()` once, then `append(rows)`."""
 
@@ -40,7 +45,7 @@ class SampleStore:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
             handle.close()
-            raise StoreError(f"another evaluation is writing to {self.path.parent}") from err
+            raise BusyError(f"another evaluation is writing to {self.path.parent}") from err
         self._lock_file = handle
 
     def unlock(self) -> None:
