@@ -154,7 +154,8 @@ def world_hops_markdown(evals: Sequence[Evaluation]) -> str:
     rows = [e for e in evals if e.summary and list(e.summary.get("by_set", {})) == [WORLD]]
     rank = {(r.method, r.retriever, r.model): i for i, r in enumerate(grid_rows(rows))}
     rows.sort(key=lambda e: rank[(e.method, e.retriever, str(e.summary.get("model", "")))])
-    hops = sorted({h for e in rows for h in e.summary.get("by_hops", {})}, key=int)
+    found = {h for e in rows for h in e.summary.get("by_hops", {})}
+    hops = sorted(found, key=lambda h: (not h.isdigit(), int(h) if h.isdigit() else 0, h))
     if not rows:
         return "No world evaluations.\n"
     header = ["method", "retriever", "questions", "EM", *(f"{h}-hop ({_hop_n(rows, h)})"
