@@ -12,7 +12,7 @@ from pathlib import Path
 
 from learning_arms import ARMS
 from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
-from stages import read_times
+from stages import pyplot, read_times, write_summary
 
 
 def _rows(folder: Path) -> list[dict] | None:  # type: ignore[type-arg]
@@ -154,18 +154,12 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
                 shown = "not recorded" if cpu is None else f"{cpu / 60:.1f}"
                 lines.append(f"| {seed} | {stage} | {times[stage]['wall'] / 60:.1f} | {shown} |")
     _plot(root, seeds, arms)
-    table = "\n".join(lines)
-    (root / "summary.md").write_text(table + "\n")
-    return table
+    return write_summary(root, lines)
 
 
 def _plot(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> None:
     """Per RL step, mean over seeds (band = ±1 std): train reward, searches, unanswered share."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = (("critic/score/mean", "train reward"),
               ("env/number_of_valid_search", "searches / trajectory"),
               ("rollout/no_answer", "ended without an answer"))  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from searchrl.eval.stats import paired_test
+from stages import pyplot, write_summary
 
 BASELINE = "r1_g"
 QUALITY = (("roc_auc", "ROC-AUC"), ("roc_auc_raw", "ROC-AUC raw"),
@@ -181,18 +182,12 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
         times = _json(root / f"seed{seed}" / "times.json") or {}
         lines.append(f"- seed {seed}: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in times.items()))
     _plot(root, seeds, arms)
-    table = "\n".join(lines)
-    (root / "summary.md").write_text(table + "\n")
-    return table
+    return write_summary(root, lines)
 
 
 def _plot(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> None:
     """Held-out EM per arm (Actor alone and refined) and A_prec, V_inter, S_trim per step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
     names = [f"eval_{a}" for a in arms]
     for offset, key in ((-0.2, "actor_em"), (0.2, "em")):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 HOPS = "[0.25, 0.25, 0.25, 0.25]"
 ROLLOUT = ("rollout.max_response_tokens=120", "rollout.max_obs_tokens=300",
@@ -115,3 +115,21 @@ def read_times(path: Path) -> dict[str, dict[str, float]]:
     raw = json.loads(path.read_text()) if path.is_file() else {}
     return {k: v if isinstance(v, dict) else {"wall": float(v), "cpu": None}
             for k, v in raw.items()}  # fmt: skip
+
+
+def write_summary(root: Path, lines: Sequence[str]) -> str:
+    """`root/summary.md` from the summary's lines; returns the markdown."""
+    table = "\n".join(lines)
+    (root / "summary.md").write_text(table + "\n")
+    return table
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, imported when a figure is drawn (a
+    summary without plots, or a test, never pays for the import)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
