@@ -103,3 +103,55 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert any("sft/loss" in r for r in rows)
     meta_steps = [r["step"] for r in rows if "meta_sft/loss" in r]
     assert meta_steps and min(meta_steps) > max(r["step"] for r in rows if "sft/loss" in r)
+
+    # A second meta phase on the same own rollouts (no new rollouts): the same held-out
+    # transcripts are read, the Actor phase and the synthetic examples are skipped.
+    again = tmp_path / "again"
+    reuse = [
+        "sft", "--config", "tiny_cpu_sft", "--out", str(again),
+        f"model.name_or_path={tiny_model_dir}", "max_examples=0", "meta_examples=0",
+        f"meta_rollouts_from={tmp_path}", "meta_eval_size=4",
+        f"data.world_dir={tmp_path / 'world'}", "policy.autocast=fp32",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, reuse)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    second = json.loads((again / "summary.json").read_text())
+    assert second["meta/rollouts"] == summary["meta/rollouts"] == 6.0
+    assert second["meta/labelled"] == 4.0 and second["meta/synthetic_examples"] == 0.0
+    for name in ("meta_train", "meta_held_out"):
+        first_rows = (tmp_path / "trajectories" / f"{name}.jsonl").read_text()
+        assert (again / "trajectories" / f"{name}.jsonl").read_text() == first_rows
+
+    # Rollouts of questions this world does not have carry labels of another world: refused.
+    stray = tmp_path / "stray" / "trajectories"
+    stray.mkdir(parents=True)
+    rows = (tmp_path / "trajectories" / "meta_train.jsonl").read_text().splitlines()
+    first = json.loads(rows[0])
+    rows[0] = json.dumps({**first, "uid": "not-a-question"})
+    (stray / "meta_train.jsonl").write_text("\n".join(rows) + "\n")
+    held = (tmp_path / "trajectories" / "meta_held_out.jsonl").read_text()
+    (stray / "meta_held_out.jsonl").write_text(held)
+    reuse[reuse.index(f"meta_rollouts_from={tmp_path}")] = f"meta_rollouts_from={stray.parent}"
+    reuse[4] = str(tmp_path / "refused")
+    result = CliRunner().invoke(app, reuse)
+    assert result.exit_code == 1 and "not-a-question" in result.output
+    assert not (tmp_path / "refused" / "model").exists()
+
+
+def test_meta_rollouts_from_a_folder_without_rollouts_is_refused(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A folder without kept own rollouts is refused with one line before any training."""
+    args = [
+        "sft", "--config", "tiny_cpu_sft", "--out", str(tmp_path / "out"),
+        f"model.name_or_path={tiny_model_dir}", "max_examples=2", "meta_examples=2",
+        f"meta_rollouts_from={tmp_path / 'nothing'}", "data.world.num_entities=60",
+        "data.world.train_questions=20", "data.world.dev_questions=4",
+        "data.world.test_questions=6", "policy.autocast=fp32",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    message = result.output.strip()
+    assert "meta_rollouts_from" in message and "does not exist" in message
+    assert len(message.splitlines()) == 1
+    assert not (tmp_path / "out" / "model").exists()

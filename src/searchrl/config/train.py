@@ -8,6 +8,7 @@ Batch sizes count *prompts* where the paper does (batch 512, mini-batch 256): a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from searchrl.config.checks import (
@@ -359,6 +360,13 @@ class SFTConfig:
     """Trajectories the Actor rolls out on train questions after its references (rollout
     temperature), labelled by the world's oracle (earliest step whose search missed its hop,
     or the answer step), balanced clean/flawed, trained on in the meta phase."""
+    meta_rollouts_from: str = ""
+    """A folder of an earlier `searchrl sft` run with own rollouts (its
+    `trajectories/meta_{train,held_out}.jsonl`, oracle labels in `metrics.flaw_step`): the
+    meta phase and the report use all of those instead of rolling out anew (`meta_rollouts`
+    and `meta_eval_size` are then unused). Rollouts are the warm start's costly
+    part; reusing them compares meta phases on the very same held-out transcripts. The world
+    must be the one they were rolled out on."""
     meta_epochs: PositiveFloat = 1.0
     """Passes over the meta phase's examples."""
     meta_lr: PositiveFloat = 5e-5
@@ -374,8 +382,14 @@ class SFTConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def validate(self) -> None:
-        """Something must be trained."""
-        if self.max_examples == 0 and self.meta_examples == 0 and self.meta_rollouts == 0:
+        """Something must be trained; reused own rollouts must be there."""
+        meta = self.meta_examples or self.meta_rollouts or self.meta_rollouts_from
+        if self.max_examples == 0 and not meta:
             raise ConfigError(
                 "max_examples: 0 trains no Actor examples; give meta_examples or meta_rollouts"
             )
+        if self.meta_rollouts_from:
+            kept = Path(self.meta_rollouts_from) / "trajectories"
+            for name in ("meta_train.jsonl", "meta_held_out.jsonl"):
+                if not (kept / name).is_file():
+                    raise ConfigError(f"meta_rollouts_from: {kept / name} does not exist")

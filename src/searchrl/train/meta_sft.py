@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from torch import nn
 
+from searchrl.config.errors import ConfigError
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.train import SFTConfig
 from searchrl.data.world import Reference
@@ -131,6 +132,30 @@ def own_rollouts(
     return [p for p in pairs if p[0].uid not in held], [p for p in pairs if p[0].uid in held]
 
 
+def saved_rollouts(
+    run_dir: Path, env: Environment, config: SFTConfig
+) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
+    """The own rollouts an earlier warm start kept (`meta_rollouts_from`), train and held-out,
+    with their oracle labels. Refuses rollouts whose questions are not this world's train
+    and held-out questions (labels from another world would be wrong)."""
+    out = []
+    for name, split in (
+        ("meta_train", config.data.train_split),
+        ("meta_held_out", config.data.eval_split),
+    ):
+        path = run_dir / "trajectories" / f"{name}.jsonl"  # SFTConfig.validate: it exists
+        trajs = [Trajectory.from_json(json.loads(line)) for line in path.open() if line.strip()]
+        known = {q.uid for q in env.questions(split)}
+        stray = [t.uid for t in trajs if t.uid not in known or "flaw_step" not in t.metrics]
+        if stray:
+            raise ConfigError(
+                f"meta_rollouts_from: {path} has {len(stray)} rollouts that are not labelled "
+                f"questions of {env.world_dir}'s {split} split (first: {stray[0]})"
+            )
+        out.append([(t, int(t.metrics["flaw_step"])) for t in trajs])
+    return out[0], out[1]
+
+
 def warm_start_meta(
     config: SFTConfig,
     env: Environment,
@@ -146,6 +171,10 @@ def warm_start_meta(
     `prefix`. The own rollouts go to `out_dir/trajectories/meta_{train,held_out}.jsonl`, each
     with its oracle label as `metrics["flaw_step"]`. Returns counts (`meta/*`) and the
     held-out own rollouts with their labels, for `meta_report`."""
+    own_train: list[tuple[Trajectory, int]] = []
+    held_out: list[tuple[Trajectory, int]] = []
+    if config.meta_rollouts_from:  # read first: a wrong folder fails before any training
+        own_train, held_out = saved_rollouts(Path(config.meta_rollouts_from), env, config)
     chat = config.rollout.use_chat_template
     train_split = config.data.train_split
     labelled = labelled_references(
@@ -160,10 +189,9 @@ def warm_start_meta(
     mixed = synthetic if config.meta_schedule == "mixed" and actor else []
     if actor:
         train([*actor, *mixed], [1.0] * len(actor) + [weight] * len(mixed), config, "sft")
-    own_train: list[tuple[Trajectory, int]] = []
-    held_out: list[tuple[Trajectory, int]] = []
-    if config.meta_rollouts > 0 or config.meta_eval_size > 0:
-        own_train, held_out = own_rollouts(config, env, policy, tokenizer)
+    if config.meta_rollouts_from or config.meta_rollouts > 0 or config.meta_eval_size > 0:
+        if not config.meta_rollouts_from:
+            own_train, held_out = own_rollouts(config, env, policy, tokenizer)
         for name, pairs in (("meta_train", own_train), ("meta_held_out", held_out)):
             for traj, label in pairs:
                 traj.metrics["flaw_step"] = float(label)

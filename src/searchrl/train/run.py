@@ -381,7 +381,7 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         done += total
 
     result: dict[str, float] = {}
-    meta = config.meta_examples > 0 or config.meta_rollouts > 0
+    meta = bool(config.meta_examples or config.meta_rollouts or config.meta_rollouts_from)
     held_out: list[tuple[Trajectory, int]] = []
     if meta:
         result, held_out = warm_start_meta(
