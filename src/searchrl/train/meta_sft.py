@@ -198,7 +198,7 @@ def warm_start_meta(
             if out_dir is not None:
                 save_trajectories(out_dir / "trajectories" / f"{name}.jsonl", [t for t, _ in pairs])
     kept = balance(own_train, config.seed)
-    phase = [] if mixed else synthetic
+    phase = [] if mixed else list(synthetic)  # a copy: `synthetic` is counted below
     phase += [meta_example(tokenizer, t, label) for t, label in kept]
     if phase:
         random.Random(config.seed).shuffle(phase)
