@@ -105,21 +105,36 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert meta_steps and min(meta_steps) > max(r["step"] for r in rows if "sft/loss" in r)
 
     # A second meta phase on the same own rollouts (no new rollouts): the same held-out
-    # transcripts are read, the Actor phase and the synthetic examples are skipped.
+    # transcripts are read, the Actor phase is skipped. Half the train rollouts are relabelled
+    # clean so that the phase keeps some (a random model's rollouts are all flawed): the
+    # synthetic count must not include them (it did: the phase's list was `synthetic` itself).
+    source = tmp_path / "relabelled" / "trajectories"
+    source.mkdir(parents=True)
+    rows = [json.loads(line) for line in (tmp_path / "trajectories" / "meta_train.jsonl").open()]
+    assert all(row["metrics"]["flaw_step"] > 0 for row in rows)
+    for row in rows[:3]:
+        row["metrics"]["flaw_step"] = 0.0
+    (source / "meta_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held = (tmp_path / "trajectories" / "meta_held_out.jsonl").read_text()
+    (source / "meta_held_out.jsonl").write_text(held)
     again = tmp_path / "again"
     reuse = [
         "sft", "--config", "tiny_cpu_sft", "--out", str(again),
-        f"model.name_or_path={tiny_model_dir}", "max_examples=0", "meta_examples=0",
-        f"meta_rollouts_from={tmp_path}", "meta_eval_size=4",
+        f"model.name_or_path={tiny_model_dir}", "max_examples=0", "meta_examples=2",
+        f"meta_rollouts_from={source.parent}", "meta_eval_size=4",
         f"data.world_dir={tmp_path / 'world'}", "policy.autocast=fp32",
     ]  # fmt: skip
     result = CliRunner().invoke(app, reuse)
     assert result.exit_code == 0, result.output + repr(result.exception)
     second = json.loads((again / "summary.json").read_text())
     assert second["meta/rollouts"] == summary["meta/rollouts"] == 6.0
-    assert second["meta/labelled"] == 4.0 and second["meta/synthetic_examples"] == 0.0
+    assert second["meta/labelled"] == 4.0
+    assert second["meta/synthetic_examples"] == 2.0 and second["meta/rollout_examples"] == 6.0
+    meta_rows = [json.loads(line) for line in (again / "metrics.jsonl").read_text().splitlines()]
+    assert any("meta_sft/loss" in r for r in meta_rows)
+    assert not any("sft/loss" in r for r in meta_rows)
     for name in ("meta_train", "meta_held_out"):
-        first_rows = (tmp_path / "trajectories" / f"{name}.jsonl").read_text()
+        first_rows = (source / f"{name}.jsonl").read_text()
         assert (again / "trajectories" / f"{name}.jsonl").read_text() == first_rows
 
     # Rollouts of questions this world does not have carry labels of another world: refused.
@@ -131,7 +146,7 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     (stray / "meta_train.jsonl").write_text("\n".join(rows) + "\n")
     held = (tmp_path / "trajectories" / "meta_held_out.jsonl").read_text()
     (stray / "meta_held_out.jsonl").write_text(held)
-    reuse[reuse.index(f"meta_rollouts_from={tmp_path}")] = f"meta_rollouts_from={stray.parent}"
+    reuse[reuse.index(f"meta_rollouts_from={source.parent}")] = f"meta_rollouts_from={stray.parent}"
     reuse[4] = str(tmp_path / "refused")
     result = CliRunner().invoke(app, reuse)
     assert result.exit_code == 1 and "not-a-question" in result.output
