@@ -29,6 +29,8 @@ ENGINES = {
     "hf": {"backend": "hf"},
     "ct2": {"backend": "ct2"},
     "vllm": {"backend": "vllm"},
+    "vllm-reserve": {"backend": "vllm", "vllm_threads_bind": "auto"},  # one core kept free
+    "vllm-all": {"backend": "vllm", "vllm_threads_bind": "all"},  # the worker on every core
     "vllm-b32": {"backend": "vllm", "vllm_block_size": 32},
     "vllm-compiled": {"backend": "vllm", "vllm_enforce_eager": False},
     "vllm-compiled-b32": {"backend": "vllm", "vllm_enforce_eager": False, "vllm_block_size": 32},

@@ -24,14 +24,13 @@ Device = Annotated[
     ),
 ]
 GpuShare = Annotated[float, Range(gt=0, le=1)]
+CORES = r"\d+(-\d+)?(,\d+(-\d+)?)*"
+"""One rank's cores in vLLM's list syntax: `0`, `0-1`, `0,2-3`."""
 CoreList = Annotated[
     str,
     Satisfies(
-        lambda v: (
-            re.fullmatch(r"auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*", v)
-            is not None
-        ),
-        'vLLM\'s core list ("auto", "nobind", "0", "0-1", "0,2-3")',
+        lambda v: re.fullmatch(r"auto|all|nobind|" + CORES + r"(\|" + CORES + r")*", v) is not None,
+        'vLLM\'s core list ("auto", "all", "nobind", "0", "0-1", "0,2-3")',
     ),
 ]
 

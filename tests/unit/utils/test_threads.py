@@ -14,6 +14,7 @@ from searchrl.utils.threads import (
     bound_cores,
     busy_between,
     choose_threads,
+    core_list,
     engine_threads,
 )
 
@@ -111,11 +112,19 @@ def test_searchrl_threads_wins_over_an_inherited_omp_setting(
 
 @pytest.mark.parametrize(
     ("bind", "cores", "expected"),
-    [("auto", 2, 1), ("auto", 1, 1), ("auto", 16, 15), ("nobind", 2, 2), ("0", 2, 1),
+    [("auto", 2, 1), ("auto", 1, 1), ("auto", 16, 15), ("nobind", 2, 2), ("all", 2, 2), ("0", 2, 1),
      ("0-1", 2, 2), ("0,2-3", 8, 3), ("0-3|4-7", 8, 4)],
 )  # fmt: skip
 def test_cores_of_a_vllm_core_list(bind: str, cores: int, expected: int) -> None:
     assert bound_cores(bind, cores) == expected
+
+
+def test_all_is_this_process_s_own_cores_and_other_lists_pass_through() -> None:
+    mine = sorted(os.sched_getaffinity(0))
+    assert core_list("all") == ",".join(map(str, mine))
+    assert bound_cores(core_list("all"), len(mine)) == len(mine)
+    for bind in ("auto", "nobind", "0-1", "0,2-3"):
+        assert core_list(bind) == bind
 
 
 def test_an_unreadable_core_list_is_refused() -> None:
