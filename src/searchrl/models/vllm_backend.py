@@ -23,12 +23,15 @@ Weight sync writes the trainer's weights in the engine's dtype as one safetensor
 RAM-backed directory and asks every worker to `reload_weights` from it. That is vLLM's own
 in-place reload: it restores each layer's checkpoint layout, loads, then re-runs the
 post-load processing (the CPU backend repacks linear weights for its GEMM kernels, which is
-why calling the model's `load_weights` directly fails there).
+why calling the model's `load_weights` directly fails there). An engine that syncs runs with
+its LM head untied (`from_module`): the reload loads nothing into a tied head and puts its old
+kernel back, so the engine kept sampling from the first head however the embedding moved.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import shutil
 import signal
@@ -149,6 +152,9 @@ class VLLMBackend:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
         self._closed = False
+        self.head_untied = False
+        """Whether the engine's LM head is its own weight (`from_module`), which a sync can
+        reach; a tied head keeps what it was loaded with (module docstring)."""
         # Registered after multiprocessing's own exit hook, so it runs first: a command that
         # never calls `close` would otherwise hang at exit joining the engine's processes.
         atexit.register(self.close)
@@ -192,9 +198,15 @@ class VLLMBackend:
     ) -> VLLMBackend:
         """Start an engine on the weights of a transformers module (the trainer's policy, or a
         model loaded from a GGUF file): saved with the tokenizer, in the engine's dtype, to a
-        RAM-backed scratch directory that `close` removes."""
+        RAM-backed scratch directory that `close` removes. The engine's LM head is untied (a
+        copy of a tied embedding) so that `sync_weights` reaches it."""
+        from safetensors.torch import save_file
+
         directory = _scratch_dir("searchrl-vllm-")
-        module.save_pretrained(directory, state_dict=_engine_state(module, _DTYPES[dtype]))
+        engine_config = copy.deepcopy(module.config)
+        engine_config.tie_word_embeddings = False
+        engine_config.save_pretrained(directory)
+        save_file(_engine_state(module, _DTYPES[dtype]), str(directory / WEIGHTS_FILE))
         tokenizer.save_pretrained(directory)
         backend = cls.create(
             str(directory),
@@ -205,6 +217,7 @@ class VLLMBackend:
             max_model_len=max_model_len,
         )
         backend.remove_on_close(directory)
+        backend.head_untied = True
         return backend
 
     def remove_on_close(self, directory: Path) -> None:
@@ -214,9 +227,16 @@ class VLLMBackend:
     def sync_weights(self, source: Any) -> None:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a
         transformers `config`) into the running engine, then drop vLLM's prefix cache: its KV
-        blocks were computed with the old weights. Timed in `last_sync_s`."""
+        blocks were computed with the old weights. Timed in `last_sync_s`. Refused for an
+        engine whose head is tied to the embedding of a `source` that ties them too: the
+        reload would leave that head as it was (module docstring)."""
         from safetensors.torch import save_file
 
+        if _ties_head(source) and not self.head_untied:
+            raise ValueError(
+                "this vLLM engine ties its LM head, which a weight sync cannot reach: start it "
+                "with VLLMBackend.from_module"
+            )
         started = time.perf_counter()
         directory = _scratch_dir("searchrl-vllm-weights-")
         try:
@@ -301,14 +321,20 @@ class VLLMBackend:
         return Generation(token_ids, logprobs, text, reason, stop_string)
 
 
+def _ties_head(source: Any) -> bool:
+    """Whether `source`'s config ties its LM head to the input embedding."""
+    return bool(getattr(getattr(source, "config", None), "tie_word_embeddings", False))
+
+
 def _engine_state(source: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """`source`'s weights under their HF names, whole, on the CPU, in `dtype`, each its own
-    contiguous copy (later updates of the source cannot leak into a file being written). A
-    tied LM head is left out: it is the embedding, which vLLM ties again itself."""
-    config = getattr(source, "config", None)
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    return {
+    contiguous copy (later updates of the source cannot leak into a file being written). The
+    LM head is always there, a tied one as a copy of the embedding, for the untied engine."""
+    state = {
         name: _whole(tensor.detach()).to("cpu", dtype, copy=True).contiguous()
         for name, tensor in source.state_dict().items()
-        if not (tied and name == "lm_head.weight")
     }
+    if "lm_head.weight" not in state and _ties_head(source):
+        embedding = source.get_input_embeddings().weight
+        state["lm_head.weight"] = _whole(embedding.detach()).to("cpu", dtype, copy=True)
+    return state

@@ -163,6 +163,35 @@ def test_weight_sync_changes_what_the_engine_samples_and_restores_it(
     assert restored.token_ids == before.token_ids
 
 
+def test_weight_sync_reaches_a_tied_lm_head(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """The tiny model ties its LM head to the embedding, like SmolLM2. vLLM's reload loaded
+    nothing into a tied head and put its old kernel back: after a sync that moved only the
+    embedding, the engine's log-probs were 64 nats off the trainer's."""
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    prompt = encode(tokenizer, PROMPTS[1])
+    greedy = [SamplingParams(max_new_tokens=12, temperature=0.0)]
+    (before,) = engine.generate([prompt], greedy)
+    original = model.model.embed_tokens.weight.detach().clone()
+    try:
+        with torch.no_grad():  # input and output scale down: a much flatter distribution
+            model.model.embed_tokens.weight.mul_(0.25)
+        engine.sync_weights(model)
+        (after,) = engine.generate([prompt], greedy)
+        reference = reference_logprobs(model, prompt, after.token_ids)
+        assert after.token_ids == reference.argmax(-1).tolist()
+        chosen = reference.gather(1, torch.tensor(after.token_ids)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(after.logprobs), chosen, atol=2e-3)
+        assert (chosen - torch.tensor(before.logprobs[: len(chosen)])).abs().max() > 0.1
+    finally:
+        with torch.no_grad():
+            model.model.embed_tokens.weight.copy_(original)
+        engine.sync_weights(model)
+    (restored,) = engine.generate([prompt], greedy)
+    assert restored.token_ids == before.token_ids
+
+
 def test_rows_past_max_tokens_or_empty_budgets_keep_the_contract(
     engine: VLLMBackend, tokenizer: PreTrainedTokenizerBase
 ) -> None:
