@@ -95,10 +95,13 @@ class ModelConfig:
     """vLLM KV block size in tokens; 0 = vLLM's default (128 on CPU, 16 on GPU). Prefix
     caching reuses whole blocks only, so smaller blocks re-prefill less of each turn."""
 
-    vllm_threads_bind: CoreList = "auto"
+    vllm_threads_bind: CoreList = "all"
     """vLLM on a CPU: cores its worker's OpenMP threads are bound to (`VLLM_CPU_OMP_THREADS_BIND`):
-    `auto` (vLLM keeps one core for its scheduler and binds the rest), a list such as `0` or
-    `0-1`, or `nobind`."""
+    `all` (every core this process may use; the scheduler shares one), `auto` (vLLM keeps one
+    core for its scheduler and binds the rest), a list such as `0` or `0-1`, or `nobind`. On a
+    2-core AMD EPYC `all` made 1.55-1.58x the tokens/s of `auto` on whole rollouts
+    (docs/rollout.md); with many cores the one core `auto` keeps matters less. During
+    overlapped training the trainer shares those cores with the engine."""
 
     vllm_seed: int = 0
     """vLLM's one random stream is seeded with this when the engine starts (per-request seeds

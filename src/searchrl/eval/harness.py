@@ -82,8 +82,8 @@ def _dtype_name(dtype: Any) -> str:
 
 def engine_identity(model: ModelConfig) -> dict[str, str]:
     """The generation engine `model` resolves to on this machine, the part of the model config
-    that decides the rows (the rest are speed settings). `auto` is vLLM where it is installed
-    and bf16 is fast, else HF, generating with a bf16 copy of fp32 weights where a probe
+    that decides the rows (the rest are speed settings). `auto` is vLLM wherever it is
+    installed, else HF, generating with a bf16 copy of fp32 weights where a probe
     measures bf16 faster (`models.precision`) and with the weights as they are elsewhere, so
     the same command can resolve differently on two machines."""
     backend = resolve_backend(model)

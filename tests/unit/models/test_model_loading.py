@@ -63,13 +63,13 @@ def test_local_directory_round_trip(tokenizer, tmp_path) -> None:
     assert torch.allclose(weight, model.lm_head.weight, atol=1e-2)
 
 
-def test_auto_backend_is_vllm_where_installed_and_bf16_is_fast(monkeypatch) -> None:
-    """Whole rollouts on an AMX Xeon: vLLM-CPU in bf16 made 1.87x the HF bf16 copy's tokens
-    per CPU-second; without fast bf16 (vLLM fp32 = HF fp32 speed) or without vLLM, HF stays.
-    An explicit backend is never second-guessed."""
+def test_auto_backend_is_vllm_wherever_installed(monkeypatch) -> None:
+    """Whole rollouts: vLLM-CPU in bf16 made 1.87x the HF bf16 copy's tokens per CPU-second on
+    an AMX Xeon, and in fp32 3.03x HF fp32's tokens/s on an AVX2-only EPYC (worker on every
+    core); without vLLM, HF stays. An explicit backend is never second-guessed."""
     for installed, native, expected in (
         (True, True, "vllm"),
-        (True, False, "hf"),
+        (True, False, "vllm"),
         (False, True, "hf"),
         (False, False, "hf"),
     ):
