@@ -25,7 +25,6 @@ A table per held-out set goes to stdout and `OUT/probe.md`.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -36,14 +35,14 @@ from sklearn.preprocessing import StandardScaler
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import DataConfig, PolicyConfig
+from searchrl.config.train import DataConfig, PolicyConfig, SFTConfig
 from searchrl.models.precision import fast_bf16
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.refiner import MetaRefiner
 from searchrl.refiner.steps import meta_prompt, split_steps
 from searchrl.rollout.parse import parse_action
 from searchrl.train.environment import build_environment, load_policy
-from searchrl.train.meta_sft import labelled_references
+from searchrl.train.meta_sft import labelled_references, saved_rollouts
 from searchrl.train.sft import reference_trajectory
 from searchrl.types import Trajectory
 from searchrl.utils.progress import progress_bar
@@ -76,13 +75,6 @@ def features(
         if who:
             per_step[who - 1] = max(per_step[who - 1], value)
     return hidden, per_step
-
-
-def own_rollouts(run: Path, name: str) -> Labelled:
-    """A `searchrl sft` run's own rollouts with the oracle label they were saved with."""
-    path = run / "trajectories" / f"meta_{name}.jsonl"
-    rows = [Trajectory.from_json(json.loads(line)) for line in path.open()]
-    return [(t, int(t.metrics["flaw_step"])) for t in rows]
 
 
 def answered(traj: Trajectory) -> bool:
@@ -149,8 +141,10 @@ def main() -> None:
 
     sets = {"synthetic train": synthetic("train", 0), "synthetic held-out": synthetic("test", 1)}
     if args.run:
-        sets["own train"] = own_rollouts(args.run, "train")
-        sets["own held-out"] = own_rollouts(args.run, "held_out")
+        data = DataConfig(world_dir=args.world, index_dir=args.index)
+        sets["own train"], sets["own held-out"] = saved_rollouts(
+            args.run, env, SFTConfig(data=data)
+        )
     feats: dict[str, list] = {}
     amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast_bf16(torch.device("cpu")))
     with amp, progress_bar("forwards", sum(map(len, sets.values())), unit="transcripts") as advance:

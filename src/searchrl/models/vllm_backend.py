@@ -329,12 +329,9 @@ def _ties_head(source: Any) -> bool:
 def _engine_state(source: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """`source`'s weights under their HF names, whole, on the CPU, in `dtype`, each its own
     contiguous copy (later updates of the source cannot leak into a file being written). The
-    LM head is always there, a tied one as a copy of the embedding, for the untied engine."""
-    state = {
+    LM head is always there (a tied one is in `state_dict` under both names), as its own copy
+    for the untied engine."""
+    return {
         name: _whole(tensor.detach()).to("cpu", dtype, copy=True).contiguous()
         for name, tensor in source.state_dict().items()
     }
-    if "lm_head.weight" not in state and _ties_head(source):
-        embedding = source.get_input_embeddings().weight
-        state["lm_head.weight"] = _whole(embedding.detach()).to("cpu", dtype, copy=True)
-    return state
