@@ -24,7 +24,8 @@ from stages import pyplot, write_summary
 BASELINE = "r1_g"
 QUALITY = (("roc_auc", "ROC-AUC"), ("roc_auc_raw", "ROC-AUC raw"),
            ("trimmer_exact_step", "trimmer exact"), ("trimmer_first_step", "always first"),
-           ("trimmer_last_step", "always last"), ("discriminator_accuracy", "acc τ=0"),
+           ("trimmer_last_step", "always last"), ("trimmer_best_constant", "best constant"),
+           ("discriminator_accuracy", "acc τ=0"),
            ("discriminator_recall", "recall"), ("discriminator_specificity", "specificity"),
            ("revision_rate", "revised τ=0"), ("tau_for_flawed_share", "τ at flawed share"),
            ("flawed_share", "flawed"), ("labelled", "n"))  # fmt: skip

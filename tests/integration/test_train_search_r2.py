@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from searchrl.cli import app
@@ -122,10 +123,17 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
         "sft", "--config", "tiny_cpu_sft", "--out", str(again),
         f"model.name_or_path={tiny_model_dir}", "max_examples=0", "meta_examples=2",
         f"meta_rollouts_from={source.parent}", "meta_eval_size=4",
-        f"data.world_dir={tmp_path / 'world'}", "policy.autocast=fp32",
+        f"data.world_dir={tmp_path / 'world'}", "policy.autocast=fp32", "meta_train_layers=1",
     ]  # fmt: skip
     result = CliRunner().invoke(app, reuse)
     assert result.exit_code == 0, result.output + repr(result.exception)
+    # meta_train_layers=1: the top (here the only) layer learnt, the embedding did not
+    start, end = (
+        load_file(tiny_model_dir / "model.safetensors"),
+        load_file(again / "model" / "model.safetensors"),
+    )
+    changed = {name for name, value in start.items() if not torch.equal(value, end[name])}
+    assert changed and all(n.startswith(("model.layers.0.", "model.norm.")) for n in changed)
     second = json.loads((again / "summary.json").read_text())
     assert second["meta/rollouts"] == summary["meta/rollouts"] == 6.0
     assert second["meta/labelled"] == 4.0

@@ -371,6 +371,12 @@ class SFTConfig:
     """Passes over the meta phase's examples."""
     meta_lr: PositiveFloat = 5e-5
     """Peak learning rate of the meta phase."""
+    meta_train_layers: NonNegativeInt = 0
+    """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
+    final norm (as `policy.train_layers`, for this phase alone; the Actor's phase trains what
+    `policy` says). A meta example's loss sits on its last 2 tokens, read from the final
+    state, where a frozen Actor already carries the flawed/clean signal (docs/search_r2.md);
+    the backward pass then stops N layers from the top, so epochs are cheaper."""
     meta_eval_size: NonNegativeInt = 40
     """With meta examples or rollouts: held-out questions (`data.eval_split`) the Actor rolls
     out once each, labelled by the oracle and never trained on, and as many held-out
@@ -393,3 +399,5 @@ class SFTConfig:
             for name in ("meta_train.jsonl", "meta_held_out.jsonl"):
                 if not (kept / name).is_file():
                     raise ConfigError(f"meta_rollouts_from: {kept / name} does not exist")
+        if self.meta_train_layers and self.policy.lora_rank:
+            raise ConfigError("meta_train_layers: freezes full weights; not with policy.lora_rank")

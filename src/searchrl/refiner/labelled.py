@@ -94,7 +94,10 @@ def label_accuracy(
     - `tau_for_flawed_share`: the τ at which the refiner would revise as many transcripts as
       are flawed (a calibration for RL);
     - `trimmer_exact_step`: argmax cut == label on the flawed ones, next to what always
-      cutting at the first or at the last step would score."""
+      cutting at the first or at the last step would score, and `trimmer_best_constant`,
+      the best any one fixed step k would score on these labels (an upper bound of every
+      constant cut: own rollouts pile their flaws on one hop, so a trimmer that learnt only
+      where flaws usually are can look skilled next to "first" and "last")."""
     pairs = [(r, y) for r, y in zip(readings, labels, strict=True) if r is not None]
     flawed = [(r, y) for r, y in pairs if y > 0]
     clean = [r for r, y in pairs if y == 0]
@@ -124,4 +127,8 @@ def label_accuracy(
         "meta/trimmer_exact_step": share(sum(r.cut(None) == y for r, y in flawed), len(flawed)),
         "meta/trimmer_first_step": share(sum(y == 1 for _, y in flawed), len(flawed)),
         "meta/trimmer_last_step": share(sum(y == r.steps for r, y in flawed), len(flawed)),
+        "meta/trimmer_best_constant": share(
+            max((sum(y == k for _, y in flawed) for k in {y for _, y in flawed}), default=0),
+            len(flawed),
+        ),
     }

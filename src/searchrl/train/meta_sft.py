@@ -39,6 +39,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.reward.judges.symbolic import world_support
 from searchrl.train.environment import Environment, make_backend, make_rollout_fn
 from searchrl.train.metrics import save_trajectories
+from searchrl.train.models import top_layers_only
 from searchrl.train.sft import reference_trajectory, solved_references
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import progress_bar
@@ -203,7 +204,8 @@ def warm_start_meta(
     if phase:
         random.Random(config.seed).shuffle(phase)
         meta_config = replace(config, epochs=config.meta_epochs, lr=config.meta_lr)
-        train(phase, [1.0] * len(phase), meta_config, "meta_sft")
+        with top_layers_only(policy, config.meta_train_layers):
+            train(phase, [1.0] * len(phase), meta_config, "meta_sft")
     counts = {
         "meta/synthetic_examples": float(len(synthetic)),
         "meta/rollout_examples": float(len(kept)),

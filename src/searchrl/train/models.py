@@ -107,6 +107,22 @@ def freeze_below(model: nn.Module, top_layers: int) -> None:
             param.requires_grad_(True)
 
 
+@contextmanager
+def top_layers_only(model: nn.Module, top_layers: int) -> Iterator[None]:
+    """Within the block, train only the top `top_layers` layers (`freeze_below`; 0: leave the
+    model as it is); afterwards every parameter requires gradients as it did before."""
+    if top_layers == 0:
+        yield
+        return
+    before = [(param, param.requires_grad) for param in model.parameters()]
+    freeze_below(model, top_layers)
+    try:
+        yield
+    finally:
+        for param, flag in before:
+            param.requires_grad_(flag)
+
+
 def frozen_reference(policy: nn.Module, lora: bool) -> nn.Module | None:
     """A frozen copy of the policy; None under LoRA (use `reference_context` instead)."""
     if lora:

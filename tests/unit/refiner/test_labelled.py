@@ -185,6 +185,9 @@ def test_label_accuracy_by_hand() -> None:
     assert acc["meta/discriminator_specificity"] == 0.5
     assert acc["meta/trimmer_exact_step"] == 0.5
     assert acc["meta/trimmer_last_step"] == 1.0 and acc["meta/trimmer_first_step"] == 0.0
+    assert acc["meta/trimmer_best_constant"] == 1.0  # both flaws at step 2
+    mixed = label_accuracy([_reading([0.1, 0.2, 0.7])] * 3, [1, 2, 2], 0.0)
+    assert mixed["meta/trimmer_best_constant"] == pytest.approx(2 / 3)
     # every flawed reading scores above every clean one: a perfect ranking, τ = 0 too low
     assert acc["meta/roc_auc"] == 1.0
     assert acc["meta/revision_rate"] == 0.75

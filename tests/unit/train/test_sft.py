@@ -8,6 +8,7 @@ from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llam
 
 from searchrl.config.train import SFTConfig
 from searchrl.data.world import Reference
+from searchrl.train.models import top_layers_only
 from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
 from searchrl.types import Question, Trajectory
 
@@ -62,6 +63,24 @@ def test_sft_reduces_the_loss() -> None:
     assert len(history) == 12
     assert history[-1]["sft/loss"] < 0.85 * history[0]["sft/loss"]
     assert all(h["sft/tokens_per_s"] > h["sft/loss_tokens_per_s"] > 0 for h in history)
+
+
+def test_top_layers_only_trains_the_top_layers_then_restores() -> None:
+    """The meta phase's `meta_train_layers`: inside the block SFT changes only the top layer
+    and the final norm (the tied embedding/head and the lower layer stay bit-equal); after it
+    every weight trains again."""
+    model = tiny_llama()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    examples = [reference_trajectory(_reference(), CharTokenizer(), True) for _ in range(4)]
+    config = SFTConfig(epochs=2.0, batch_size=4, micro_batch_size=2, lr=3e-3, warmup_ratio=0.0)
+    with top_layers_only(model, 1):
+        run_sft(model, examples, pad_id=0, config=config, bf16=False)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all(n.startswith(("model.layers.1.", "model.norm.")) for n in changed)
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="has 2 layers"), top_layers_only(model, 3):
+        pass
+    assert all(p.requires_grad for p in model.parameters())
 
 
 def _first_gradient(
