@@ -225,14 +225,17 @@ def meta_report(
     held_out: Sequence[tuple[Trajectory, int]],
     out_dir: Path | None = None,
 ) -> dict[str, float]:
-    """How the warm-started refiner (τ = 0, default calibration) reads the held-out own
-    rollouts (`meta/*`) and as many held-out corrupted references (`meta/synthetic/*`); every
-    reading (label, answer log-probs, prior) goes to `out_dir/meta_readings.jsonl`."""
+    """How the warm-started refiner (τ = 0) reads the held-out own rollouts (`meta/*`) and as
+    many held-out corrupted references (`meta/synthetic/*`); every reading (label, answer
+    log-probs, prior) goes to `out_dir/meta_readings.jsonl`. Read with the content-free
+    prior so that both scores are reported: `*_raw` are the default refiner's
+    (`calibration: none`), the others those of `calibration: content_free`."""
     chat = config.rollout.use_chat_template
     eval_split = config.data.eval_split
     report: dict[str, float] = {}
     refiner = MetaRefiner(
-        policy, tokenizer, None, env.retriever, config.rollout, RefinerConfig(),
+        policy, tokenizer, None, env.retriever, config.rollout,
+        RefinerConfig(calibration="content_free"),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
     )  # fmt: skip
     synthetic_held = labelled_references(
