@@ -96,6 +96,7 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert result.exit_code == 0, result.output + repr(result.exception)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["sft/examples"] == 4.0 and summary["meta/synthetic_examples"] == 6.0
+    assert summary["meta/replayed_references"] == 3.0  # meta_replay 0.5 of 6 meta examples
     assert summary["meta/rollouts"] == 6.0 and summary["meta/labelled"] == 4.0
     assert summary["meta/synthetic/labelled"] == 4.0
     for key in ("meta/discriminator_accuracy", "meta/synthetic/trimmer_exact_step"):
@@ -138,6 +139,7 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert second["meta/rollouts"] == summary["meta/rollouts"] == 6.0
     assert second["meta/labelled"] == 4.0
     assert second["meta/synthetic_examples"] == 2.0 and second["meta/rollout_examples"] == 6.0
+    assert second["meta/replayed_references"] == 4.0  # the world's, no Actor phase here
     meta_rows = [json.loads(line) for line in (again / "metrics.jsonl").read_text().splitlines()]
     assert any("meta_sft/loss" in r for r in meta_rows)
     assert not any("sft/loss" in r for r in meta_rows)

@@ -371,6 +371,13 @@ class SFTConfig:
     """Passes over the meta phase's examples."""
     meta_lr: PositiveFloat = 5e-5
     """Peak learning rate of the meta phase."""
+    meta_replay: NonNegativeFloat = 0.5
+    """Actor references replayed in the meta phase, per meta example (0.5: one for every two),
+    each meta example weighted like a reference (`sequence_weight`). Without them the phase
+    trains nothing but a digit after the meta prompt, and the Actor forgets its own prompt:
+    after 3 passes over 382 own rollouts it answered "0" to every search prompt (format valid
+    0 of 16, docs/search_r2.md). The Actor's own SFT examples when it had a phase, else
+    solved train references of the world."""
     meta_train_layers: NonNegativeInt = 0
     """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
     final norm (as `policy.train_layers`, for this phase alone; the Actor's phase trains what

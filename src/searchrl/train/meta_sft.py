@@ -6,7 +6,8 @@ rollouts labelled by the world's oracle, and how well the refiner reads held-out
     rollouts  the phase-1 model rolls out train questions (`meta_rollouts`) and held-out ones
               (`meta_eval_size`) at the rollout temperature; the oracle labels every one
     phase 2   a meta phase: the synthetic examples (`meta_schedule: phase`) and the train
-              rollouts, clean and flawed balanced
+              rollouts, clean and flawed balanced, with Actor references replayed among
+              them (`meta_replay`) so that the Actor keeps its own prompt
     report    the final model reads the held-out rollouts (never trained on) and held-out
               synthetic transcripts: ROC-AUC, accuracy at τ, trimmer exact step
 
@@ -106,6 +107,34 @@ def sequence_weight(references: Sequence[Trajectory], meta: Sequence[Trajectory]
     return ref / own if own else 1.0
 
 
+def replayed_references(
+    config: SFTConfig,
+    env: Environment,
+    tokenizer: object,
+    actor: Sequence[Trajectory],
+    n_meta: int,
+) -> list[Trajectory]:
+    """`meta_replay` × `n_meta` Actor references to train alongside the meta examples (see
+    `SFTConfig.meta_replay`): the Actor's own SFT examples, or the world's solved train
+    references when it had no phase here; drawn without repeats until the pool is used up.
+    Seeded."""
+    n = round(config.meta_replay * n_meta)
+    if n == 0:
+        return []
+    pool = list(actor)
+    if not pool:
+        chat = config.rollout.use_chat_template
+        solved = solved_references(env.references(config.data.train_split))
+        pool = [reference_trajectory(r, tokenizer, chat) for r in solved]
+    if not pool:
+        return []
+    rng = random.Random(config.seed + 2)
+    out: list[Trajectory] = []
+    while len(out) < n:
+        out += rng.sample(pool, min(len(pool), n - len(out)))
+    return out
+
+
 def own_rollouts(
     config: SFTConfig, env: Environment, policy: nn.Module, tokenizer: object
 ) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
@@ -201,12 +230,16 @@ def warm_start_meta(
     kept = balance(own_train, config.seed)
     phase = [] if mixed else list(synthetic)  # a copy: `synthetic` is counted below
     phase += [meta_example(tokenizer, t, label) for t, label in kept]
+    replay = replayed_references(config, env, tokenizer, actor, len(phase))
     if phase:
-        random.Random(config.seed).shuffle(phase)
+        weight = sequence_weight(replay, phase) if replay else 1.0
+        examples = [(t, weight) for t in phase] + [(t, 1.0) for t in replay]
+        random.Random(config.seed).shuffle(examples)
         meta_config = replace(config, epochs=config.meta_epochs, lr=config.meta_lr)
         with top_layers_only(policy, config.meta_train_layers):
-            train(phase, [1.0] * len(phase), meta_config, "meta_sft")
+            train([t for t, _ in examples], [w for _, w in examples], meta_config, "meta_sft")
     counts = {
+        "meta/replayed_references": float(len(replay) if phase else 0),
         "meta/synthetic_examples": float(len(synthetic)),
         "meta/rollout_examples": float(len(kept)),
         "meta/rollouts": float(len(own_train)),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llama
 
 from searchrl.config.train import SFTConfig
 from searchrl.data.world import Reference
+from searchrl.train.meta_sft import replayed_references
 from searchrl.train.models import top_layers_only
 from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
 from searchrl.types import Question, Trajectory
@@ -81,6 +84,36 @@ def test_top_layers_only_trains_the_top_layers_then_restores() -> None:
     with pytest.raises(ValueError, match="has 2 layers"), top_layers_only(model, 3):
         pass
     assert all(p.requires_grad for p in model.parameters())
+
+
+class _World:
+    """The one thing `replayed_references` asks of an environment: a split's references."""
+
+    def __init__(self, references: list[Reference]) -> None:
+        self.refs = references
+
+    def references(self, split: str) -> list[Reference]:
+        return self.refs if split == "train" else []
+
+
+def test_meta_replay_draws_actor_references_without_repeats_first() -> None:
+    """The meta phase replays `meta_replay` Actor references per meta example: the Actor's own
+    examples when it has them, else the world's solved train references (unsolved ones never),
+    each used once before any is used twice."""
+    solved = [replace(_reference(), id=f"r{i}") for i in range(3)]
+    world = _World([*solved, replace(_reference(em=0.0), id="wrong")])
+    tok = CharTokenizer()
+    config = SFTConfig(meta_replay=0.5, seed=1)
+    drawn = replayed_references(config, world, tok, [], n_meta=10)  # type: ignore[arg-type]
+    assert len(drawn) == 5
+    assert {t.id for t in drawn[:3]} == {"r0", "r1", "r2"}
+    assert {t.id for t in drawn} <= {"r0", "r1", "r2"}
+    actor = [reference_trajectory(r, tok, True) for r in solved]
+    mine = replayed_references(config, world, tok, actor, n_meta=8)  # type: ignore[arg-type]
+    assert len(mine) == 4 and {id(t) for t in mine[:3]} == {id(t) for t in actor}
+    none = replayed_references(replace(config, meta_replay=0.0), world, tok, actor, 8)  # type: ignore[arg-type]
+    assert none == []
+    assert replayed_references(config, _World([]), tok, [], 8) == []  # type: ignore[arg-type]
 
 
 def _first_gradient(
