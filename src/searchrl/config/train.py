@@ -372,18 +372,12 @@ class SFTConfig:
     meta_lr: PositiveFloat = 5e-5
     """Peak learning rate of the meta phase."""
     meta_replay: NonNegativeFloat = 0.5
-    """Actor references replayed in the meta phase, per meta example (0.5: one for every two),
-    each meta example weighted like a reference (`sequence_weight`). Without them the phase
-    trains nothing but a digit after the meta prompt, and the Actor forgets its own prompt:
-    after 3 passes over 382 own rollouts it answered "0" to every search prompt (format valid
-    0 of 16, docs/search_r2.md). The Actor's own SFT examples when it had a phase, else
-    solved train references of the world."""
+    """Actor references (its SFT examples, else the world's solved train references) replayed
+    per meta example in the meta phase, each meta example weighted like a reference. Without
+    them the Actor answered "0" to every search prompt (docs/search_r2.md)."""
     meta_train_layers: NonNegativeInt = 0
     """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
-    final norm (as `policy.train_layers`, for this phase alone; the Actor's phase trains what
-    `policy` says). A meta example's loss sits on its last 2 tokens, read from the final
-    state, where a frozen Actor already carries the flawed/clean signal (docs/search_r2.md);
-    the backward pass then stops N layers from the top, so epochs are cheaper."""
+    final norm (as `policy.train_layers`, for this phase alone): a cheaper backward pass."""
     meta_eval_size: NonNegativeInt = 40
     """With meta examples or rollouts: held-out questions (`data.eval_split`) the Actor rolls
     out once each, labelled by the oracle and never trained on, and as many held-out

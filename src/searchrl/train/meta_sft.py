@@ -230,8 +230,9 @@ def warm_start_meta(
     kept = balance(own_train, config.seed)
     phase = [] if mixed else list(synthetic)  # a copy: `synthetic` is counted below
     phase += [meta_example(tokenizer, t, label) for t, label in kept]
-    replay = replayed_references(config, env, tokenizer, actor, len(phase))
+    replay: list[Trajectory] = []
     if phase:
+        replay = replayed_references(config, env, tokenizer, actor, len(phase))
         weight = sequence_weight(replay, phase) if replay else 1.0
         examples = [(t, weight) for t in phase] + [(t, 1.0) for t in replay]
         random.Random(config.seed).shuffle(examples)
@@ -239,7 +240,7 @@ def warm_start_meta(
         with top_layers_only(policy, config.meta_train_layers):
             train([t for t, _ in examples], [w for _, w in examples], meta_config, "meta_sft")
     counts = {
-        "meta/replayed_references": float(len(replay) if phase else 0),
+        "meta/replayed_references": float(len(replay)),
         "meta/synthetic_examples": float(len(synthetic)),
         "meta/rollout_examples": float(len(kept)),
         "meta/rollouts": float(len(own_train)),
