@@ -180,3 +180,25 @@ def test_meta_rollouts_from_a_folder_without_rollouts_is_refused(
     assert "meta_rollouts_from" in message and "does not exist" in message
     assert len(message.splitlines()) == 1
     assert not (tmp_path / "out" / "model").exists()
+
+
+def test_meta_train_layers_beyond_the_model_is_refused_before_training(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """meta_train_layers above the model's layer count is one line, before the Actor's SFT
+    (the README's recipe names 15 of SmolLM2's 30; a smaller model would otherwise lose the
+    Actor phase and its rollouts before the meta phase refused)."""
+    args = [
+        "sft", "--config", "tiny_cpu_sft", "--out", str(tmp_path / "out"),
+        f"model.name_or_path={tiny_model_dir}", "max_examples=2", "meta_examples=2",
+        "meta_train_layers=2", "data.world.num_entities=60", "data.world.train_questions=20",
+        "data.world.dev_questions=4", "data.world.test_questions=6", "policy.autocast=fp32",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    message = result.output.strip()
+    last = message.splitlines()[-1]  # after the model's loading bar: one line, no traceback
+    assert last == "error: meta_train_layers: train_layers=2 but the model has 1 layers"
+    assert "Traceback" not in message
+    metrics = tmp_path / "out" / "metrics.jsonl"
+    assert not metrics.exists() or not metrics.read_text().strip()  # no Actor step ran

@@ -40,7 +40,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.reward.judges.symbolic import world_support
 from searchrl.train.environment import Environment, make_backend, make_rollout_fn
 from searchrl.train.metrics import save_trajectories
-from searchrl.train.models import top_layers_only
+from searchrl.train.models import decoder_layers, top_layers_only
 from searchrl.train.sft import reference_trajectory, solved_references
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import progress_bar
@@ -201,6 +201,11 @@ def warm_start_meta(
     `prefix`. The own rollouts go to `out_dir/trajectories/meta_{train,held_out}.jsonl`, each
     with its oracle label as `metrics["flaw_step"]`. Returns counts (`meta/*`) and the
     held-out own rollouts with their labels, for `meta_report`."""
+    if config.meta_train_layers:  # refused now, not after the Actor phase and the rollouts
+        try:
+            decoder_layers(policy, config.meta_train_layers)
+        except ValueError as err:
+            raise ConfigError(f"meta_train_layers: {err}") from None
     own_train: list[tuple[Trajectory, int]] = []
     held_out: list[tuple[Trajectory, int]] = []
     if config.meta_rollouts_from:  # read first: a wrong folder fails before any training

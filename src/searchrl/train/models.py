@@ -91,14 +91,21 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     return model
 
 
-def freeze_below(model: nn.Module, top_layers: int) -> None:
-    """Train only the top `top_layers` decoder layers and the final norm of a HF causal LM;
-    everything else (embeddings, a tied LM head, lower layers) stops requiring gradients."""
+def decoder_layers(model: nn.Module, top_layers: int) -> nn.ModuleList:
+    """The decoder layers of a HF causal LM; ValueError unless it has `top_layers` of them
+    (checked before long work: the SFT warm start's meta phase comes after hours of it)."""
     layers = getattr(getattr(model, "base_model", model), "layers", None)
     if layers is None:
         raise ValueError(f"{type(model).__name__}: no decoder layers found to freeze")
     if top_layers > len(layers):
         raise ValueError(f"train_layers={top_layers} but the model has {len(layers)} layers")
+    return layers
+
+
+def freeze_below(model: nn.Module, top_layers: int) -> None:
+    """Train only the top `top_layers` decoder layers and the final norm of a HF causal LM;
+    everything else (embeddings, a tied LM head, lower layers) stops requiring gradients."""
+    layers = decoder_layers(model, top_layers)
     for param in model.parameters():
         param.requires_grad_(False)
     trained = [*layers[len(layers) - top_layers :], model.base_model.norm]
