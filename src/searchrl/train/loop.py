@@ -214,8 +214,10 @@ class Trainer:
     def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
         """Collate (meta rows train on their `meta` decision tokens), then old and reference
         log-probs (and old values) before any update. Under an engine/trainer mismatch the
-        old log-probs are always recomputed and give the truncated importance weights against
-        the engine's behaviour log-probs."""
+        old log-probs of every row the engine sampled are recomputed and give the truncated
+        importance weights against the engine's behaviour log-probs; a row with no engine
+        log-probs (a meta row: the trainer itself read the decision) has weight 1 whatever its
+        π_old, so in the first mini-batch it needs no forward pass of its own."""
         batch = collate(trajectories, self.pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
         micro, bf16, temp, tokens = (
@@ -225,7 +227,13 @@ class Trainer:
             self.settings.micro_batch_tokens,
         )
         current = self._current_rows(len(trajectories))
-        needed = [r for r in range(len(trajectories)) if self.correct_behaviour or r not in current]
+        behaviour = behaviour_logprobs(trajectories, batch.response_length)  # [B, R], NaN unknown
+        sampled = ((mask > 0) & ~behaviour.isnan()).any(-1).tolist()  # rows the engine sampled
+        needed = [
+            r
+            for r in range(len(trajectories))
+            if r not in current or (self.correct_behaviour and sampled[r])
+        ]
         with evaluating(self.policy):
             old_logp = logprobs_of_rows(self.policy, batch, needed, micro, temp, bf16, mask, tokens)
             ref_logp = None
@@ -240,7 +248,6 @@ class Trainer:
         zeros = torch.zeros_like(old_logp)
         tis_weight, mismatch = None, {}
         if needed:  # the gap is logged whenever π_old was computed; applied only when correcting
-            behaviour = behaviour_logprobs(trajectories, batch.response_length)
             computed = torch.zeros(len(trajectories), 1)
             computed[needed] = 1.0
             weights, mismatch = truncated_importance_weights(

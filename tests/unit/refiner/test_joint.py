@@ -259,3 +259,59 @@ def test_a_prec_takes_the_first_trim_not_the_last() -> None:
     metrics = refiner_metrics([out])
     assert metrics["refiner/a_prec"] == pytest.approx(weighted_cov([0, 1], [0, 1], [1, 1]))
     assert metrics["refiner/v_inter"] == 0.5 and metrics["refiner/accept_rate"] == 0.5
+
+
+def _sampled_with_logprobs(
+    qs: Sequence[Question], *, n_samples: int, seed: int, greedy: bool
+) -> list[Trajectory]:
+    """The scripted rollouts, each policy token with an engine log-prob (as vLLM returns)."""
+    trajs = scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
+    for t in trajs:
+        for segment in t.segments:
+            if segment.role == "policy":
+                segment.logprobs = [-1.5] * len(segment.token_ids)
+    return trajs
+
+
+def _tis_joint_step(
+    monkeypatch: pytest.MonkeyPatch, every_row: bool
+) -> tuple[list[list[int]], list[float]]:
+    """One joint step under the engine correction, one mini-batch: the rows whose π_old got a
+    forward pass (`every_row`: the old rule, each row of the batch) and the weights after."""
+    from searchrl.train import loop
+    from searchrl.train.logprobs import logprobs_of_rows
+
+    computed: list[list[int]] = []
+
+    def counting(model, batch, rows, *args):  # type: ignore[no-untyped-def]
+        rows = list(range(batch.response_ids.shape[0])) if every_row else list(rows)
+        computed.append(rows)
+        return logprobs_of_rows(model, batch, rows, *args)
+
+    monkeypatch.setattr(loop, "logprobs_of_rows", counting)
+    config = tiny_config(
+        batch_size=2, mini_batch_size=2, refiner={"enabled": True, "joint": True},
+        algo={"behaviour_correction": "tis"},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    policy = prepare_policy(tiny_llama(), config.policy)
+    trainer = Trainer(
+        config, policy, None, frozen_reference(policy, lora=False), 0, _sampled_with_logprobs,
+        em_reward, questions(), refine=fake_refiner([10, 2]),
+    )  # fmt: skip
+    metrics, _ = trainer.step()
+    assert metrics["behaviour/logp_abs_diff_mean"] > 0  # the correction saw the engine rows
+    return computed, [float(v.double().sum()) for v in policy.state_dict().values()]
+
+
+def test_meta_rows_need_no_old_logprob_forward_under_the_engine_correction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A meta row has no engine log-probs (the trainer read its decision), so its importance
+    weight is 1 whatever π_old is: in the first mini-batch the update's own detached log-prob
+    is its π_old, and only the 4 sampled trajectories get an old-log-prob forward, not their 4
+    decisions. The update is the one that recomputes every row."""
+    fast, after_fast = _tis_joint_step(monkeypatch, every_row=False)
+    slow, after_slow = _tis_joint_step(monkeypatch, every_row=True)
+    assert fast == [[0, 1, 2, 3]] and slow == [list(range(8))]
+    assert after_fast == pytest.approx(after_slow, rel=1e-6, abs=1e-6)
