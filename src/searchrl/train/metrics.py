@@ -7,6 +7,7 @@ Names follow Search-R1's verl logs (`critic/score/mean`, `actor/pg_loss`, `env/*
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -174,12 +175,19 @@ class MetricsWriter:
             self._wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config)
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop rows of steps the checkpoint does not contain (they will be redone)."""
+        """On resume, drop rows of steps the checkpoint does not contain (they will be redone).
+
+        A process killed while appending leaves a last line without its newline: that row
+        belongs to a step after the checkpoint (rows are written before it) and is dropped
+        too. The rewrite goes through a temporary file, so a kill now leaves the old log."""
         if not self.path.is_file():
             return
-        rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        *complete, _torn = self.path.read_text().split("\n")
+        rows = [json.loads(line) for line in complete if line.strip()]
         kept = [r for r in rows if r.get("step", 0) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        partial = self.path.with_name(self.path.name + ".tmp")
+        partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(partial, self.path)
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         """Record the metrics of `step`."""

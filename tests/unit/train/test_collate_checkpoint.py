@@ -66,3 +66,23 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path: Path) -> None:
     assert latest is not None and latest.name == "step_000003"
     (tmp_path / ckpt.LATEST).unlink()
     assert ckpt.latest_checkpoint(tmp_path) == latest
+
+
+def test_resume_drops_later_rows_and_a_row_torn_by_a_kill(tmp_path: Path) -> None:
+    """A SIGKILL while `metrics.jsonl` is appended leaves half a line; resuming from the step
+    before it must not fail on it (it did: `json.loads` of the torn line)."""
+    from searchrl.train.metrics import MetricsWriter
+
+    writer = MetricsWriter(tmp_path, tensorboard=False, wandb_project="", config={})
+    for step in (0, 1, 2):
+        writer.write(step, {"reward/em": step / 10})
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"step": 3, "reward/e')
+    writer.truncate_after(1)
+    assert log.read_text().splitlines() == [
+        '{"step": 0, "reward/em": 0.0}',
+        '{"step": 1, "reward/em": 0.1}',
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary left
+    writer.write(2, {"reward/em": 0.5})
+    assert log.read_text().splitlines()[-1] == '{"step": 2, "reward/em": 0.5}'
