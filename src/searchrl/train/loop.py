@@ -214,10 +214,9 @@ class Trainer:
     def _experience(self, trajectories: Sequence[Trajectory]) -> Experience:
         """Collate (meta rows train on their `meta` decision tokens), then old and reference
         log-probs (and old values) before any update. Under an engine/trainer mismatch the
-        old log-probs of every row the engine sampled are recomputed and give the truncated
-        importance weights against the engine's behaviour log-probs; a row with no engine
-        log-probs (a meta row: the trainer itself read the decision) has weight 1 whatever its
-        π_old, so in the first mini-batch it needs no forward pass of its own."""
+        rows the engine sampled always get π_old, for the truncated importance weights; a row
+        without engine log-probs (a meta row) has weight 1 and, as without a mismatch, needs no
+        π_old forward in the first mini-batch."""
         batch = collate(trajectories, self.pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, self.config.algo.mask_env)
         micro, bf16, temp, tokens = (
@@ -229,11 +228,8 @@ class Trainer:
         current = self._current_rows(len(trajectories))
         behaviour = behaviour_logprobs(trajectories, batch.response_length)  # [B, R], NaN unknown
         sampled = ((mask > 0) & ~behaviour.isnan()).any(-1).tolist()  # rows the engine sampled
-        needed = [
-            r
-            for r in range(len(trajectories))
-            if r not in current or (self.correct_behaviour and sampled[r])
-        ]
+        recheck = [self.correct_behaviour and engine for engine in sampled]
+        needed = [r for r in range(len(trajectories)) if recheck[r] or r not in current]
         with evaluating(self.policy):
             old_logp = logprobs_of_rows(self.policy, batch, needed, micro, temp, bf16, mask, tokens)
             ref_logp = None
