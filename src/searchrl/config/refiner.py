@@ -11,6 +11,7 @@ from searchrl.config.checks import Fraction, PositiveInt, Range
 from searchrl.config.errors import ConfigError
 
 Revisions = Annotated[int, Range(ge=1, le=16)]
+Share = Annotated[float, Range(gt=0, le=1)]
 Margin = Annotated[float, Range(ge=-100, le=100)]
 
 
@@ -33,6 +34,13 @@ class RefinerConfig:
     """Joint optimization: each meta prompt + decision joins the batch as an extra row whose
     decision tokens carry the final trajectory's advantage. Off: the policy trains on the
     reasoning traces only (the paper's "Search-R1 + Meta-Refiner" ablation row)."""
+
+    joint_share: Share = 1.0
+    """Share of the meta rows trained each step under `joint` (paper: 1, all). A meta row costs
+    the update what its trajectory costs (its prompt holds the whole transcript) for two
+    trained tokens; below 1 a seeded share k = round(share · m) of the m rows is trained, each
+    weighing m/k, and the untrained ones still count in their trajectory's normalisation, so
+    the expected update is the full one (with more variance in the refiner's part)."""
 
     discriminator: Literal["model", "rule"] = "model"
     """Who decides to revise: `model` (the log-odds against τ, the paper) or `rule`, a
@@ -72,3 +80,5 @@ class RefinerConfig:
         """Joint optimization trains the refiner's decisions, so it needs the refiner on."""
         if self.joint and not self.enabled:
             raise ConfigError("joint: needs refiner.enabled=true")
+        if self.joint_share < 1 and not self.joint:
+            raise ConfigError("joint_share: a share of the meta rows needs refiner.joint=true")

@@ -15,6 +15,12 @@ its trajectory's row, so the aggregation sees exactly the paper's augmented traj
 the weights are then split back onto the rows. Mini-batches keep each trajectory together
 with its meta rows. Without meta rows the layout is the identity and changes nothing (same
 mini-batches, same weights).
+
+A meta row costs an update what its trajectory costs (its prompt holds the whole transcript)
+for two trained tokens. `refiner.joint_share` < 1 trains a seeded share of them
+(`choose_meta_rows`): the rows left out still count in their trajectory's normalisation (as
+untrained tokens appended to the merged mask), and each trained one weighs m/k (m meta rows,
+k trained), so every row's expected weight is exactly its weight with all m trained.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import torch
 from torch import Tensor
 
 from searchrl.algo.losses import Weighting
+from searchrl.refiner import meta_rows
 from searchrl.train.update import minibatches
+from searchrl.types import Trajectory
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,13 @@ class RowLayout:
 
     owner: tuple[int, ...]
     """owner[r] = r for a trajectory row, the trajectory's row for a meta row."""
+
+    untrained: tuple[int, ...] = ()
+    """untrained[t]: decision tokens of trajectory t's meta rows left out of this update; they
+    count in t's normalisation though no row carries them (empty: none left out)."""
+
+    meta_scale: float = 1.0
+    """The weight multiplier of a trained meta row: meta rows / trained meta rows."""
 
     @classmethod
     def of(cls, n_trajectories: int, parents: Sequence[int] = ()) -> RowLayout:
@@ -65,7 +80,8 @@ class RowLayout:
 
         def weigh(rows: list[int]) -> Tensor:
             sequences = list(dict.fromkeys(self.owner[r] for r in rows))
-            if len(sequences) == len(rows):  # no meta row here: the plain aggregation
+            left_out = [self.untrained[s] if self.untrained else 0 for s in sequences]
+            if len(sequences) == len(rows) and not any(left_out):  # the plain aggregation
                 return weights(mask[rows])
             seq_of = {owner: i for i, owner in enumerate(sequences)}
             slot: list[int] = []
@@ -74,16 +90,53 @@ class RowLayout:
                 seq = seq_of[self.owner[r]]
                 slot.append(used[seq])
                 used[seq] += 1
-            width = mask.shape[1]
-            merged = mask.new_zeros(len(sequences), max(used) * width)  # [S, k·R]
+            width, extra = mask.shape[1], max(left_out)
+            merged = mask.new_zeros(len(sequences), max(used) * width + extra)  # [S, k·R + U]
             for r, j in zip(rows, slot, strict=True):
                 merged[seq_of[self.owner[r]], j * width : (j + 1) * width] = mask[r]
-            split = weights(merged)  # [S, k·R]
+            for seq, count in enumerate(left_out):  # the untrained decisions' tokens
+                merged[seq, merged.shape[1] - extra : merged.shape[1] - extra + count] = 1
+            split = weights(merged)  # [S, k·R + U]
             return torch.stack(
                 [
                     split[seq_of[self.owner[r]], j * width : (j + 1) * width]
+                    * (1.0 if r == self.owner[r] else self.meta_scale)
                     for r, j in zip(rows, slot, strict=True)
                 ]
             )
 
         return weigh
+
+
+def choose_meta_rows(
+    n_trajectories: int,
+    parents: Sequence[int],
+    sizes: Sequence[int],
+    share: float,
+    generator: torch.Generator,
+) -> tuple[list[int], RowLayout]:
+    """The meta rows to train this step (indices into `parents`, sorted) and the layout of the
+    trajectories followed by them: k = max(1, round(share · m)) of the m rows, drawn without
+    replacement, each weighing m/k; the others' `sizes` (their decision tokens) stay in their
+    trajectory's normalisation. share ≥ 1 keeps every row (the paper's joint optimization)."""
+    m = len(parents)
+    if m == 0 or share >= 1:
+        return list(range(m)), RowLayout.of(n_trajectories, parents)
+    k = max(1, round(share * m))
+    kept = sorted(torch.randperm(m, generator=generator)[:k].tolist())
+    untrained = [0] * n_trajectories
+    for j in sorted(set(range(m)) - set(kept)):
+        untrained[parents[j]] += sizes[j]
+    layout = RowLayout.of(n_trajectories, [parents[j] for j in kept])
+    return kept, RowLayout(layout.owner, tuple(untrained), m / k)
+
+
+def joint_rows(
+    trained: list[Trajectory], joint: bool, share: float, generator: torch.Generator
+) -> tuple[list[Trajectory], list[int], RowLayout]:
+    """A step's meta rows to train (none without `joint`), each one's trajectory index, and
+    the layout of the trajectories followed by them."""
+    rows, parents = meta_rows(trained) if joint else ([], [])
+    sizes = [len(row.segments[-1].token_ids) for row in rows]
+    kept, layout = choose_meta_rows(len(trained), parents, sizes, share, generator)
+    return [rows[j] for j in kept], [parents[j] for j in kept], layout

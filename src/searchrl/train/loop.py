@@ -35,14 +35,13 @@ from searchrl.algo.behaviour import behaviour_logprobs, truncated_importance_wei
 from searchrl.algo.losses import kl_penalized_rewards, make_kl, make_loss_weights, training_mask
 from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
-from searchrl.refiner import meta_rows
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collate import collate
 from searchrl.train.collect import Collector
-from searchrl.train.joint import RowLayout
+from searchrl.train.joint import RowLayout, joint_rows
 from searchrl.train.logprobs import batched_logprobs, batched_values, logprobs_of_rows
 from searchrl.train.metrics import (
     StageTimer,
@@ -170,14 +169,18 @@ class Trainer:
                 self.collected()
             stats: dict[str, float] = {}
             if trained:
-                meta, parents = meta_rows(trained) if self.config.refiner.joint else ([], [])
-                self.layout = RowLayout.of(len(trained), parents)
+                refiner, seed = self.config.refiner, self.config.seed * 7_919 + self.step_count
+                meta, parents, self.layout = joint_rows(
+                    trained, refiner.joint, refiner.joint_share, torch.Generator().manual_seed(seed)
+                )
                 with timer("ref"):
                     exp = self._experience([*trained, *meta])
                 with timer("adv"):
                     exp = self._advantages(exp, trained, parents)
                 stats.update(advantage_length_metrics(exp.advantages, exp.mask, len(trained)))
-                stats.update(exp.mismatch)
+                stats.update(
+                    exp.mismatch, **{"refiner/meta_rows_trained": len(meta)} if meta else {}
+                )
                 if self.critic is not None:
                     with timer("update_critic"):
                         stats.update(self._update_critic(exp))
