@@ -60,11 +60,12 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
     weights: list[float] = []
     skill: list[float] = []
     log_odds: list[float] = []
-    refine_s = probe_s = 0.0
+    refine_s = read_s = probe_s = 0.0
     for out in outcomes:
         n += len(out.final)
         accepted += out.accepted
         refine_s, probe_s = refine_s + out.refine_s, probe_s + out.probe_s
+        read_s += out.read_s
         n_accepted_probed = out.accepted / max(len(out.probed), 1)
         for i, (orig, final) in enumerate(zip(out.originals, out.final, strict=True)):
             record = final.refinement
@@ -101,6 +102,7 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
         "refiner/s_trim": sum(skill) / max(len(skill), 1),
         "refiner/s_trim_n": float(len(skill)),
         "refiner/refine_s": refine_s,
+        "refiner/read_s": read_s,
         "refiner/probe_s": probe_s,
     }
     metrics.update({f"refiner/revision_{k}": float(v) for k, v in counts.items()})

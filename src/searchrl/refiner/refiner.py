@@ -87,6 +87,9 @@ class RefineOutcome:
     accepted: int = 0
     """Trajectories accepted at their first reading."""
     refine_s: float = 0.0
+    """Seconds of Algorithm 1: reading (`read_s`) plus cutting and regenerating."""
+    read_s: float = 0.0
+    """Seconds spent reading trajectories under the meta prompt (the scoring forwards)."""
     probe_s: float = 0.0
     probes_ran: bool = True
     """False when the probes were skipped (a dynamic-sampling top-up round): its accepted
@@ -178,7 +181,9 @@ class MetaRefiner:
         open_rows = list(range(len(final)))
         first_readings: dict[int, Reading] = {}
         for round_index in range(self.config.max_revisions):
+            reading_started = time.perf_counter()
             readings = self.read([final[i] for i in open_rows])
+            outcome.read_s += time.perf_counter() - reading_started
             cuts = []
             for i, reading in zip(open_rows, readings, strict=True):
                 if reading is None:

@@ -98,6 +98,7 @@ def test_refine_regenerates_only_the_suffix(
     regenerated = [g for call in backend.calls[calls_before:] for g in call]
     suffix_policy = [s for s in final.segments[keep:] if s.role == "policy"]
     assert [s.token_ids for s in suffix_policy] == [g.token_ids for g in regenerated]
+    assert 0 < outcome.read_s < outcome.refine_s  # reading, then regenerating the suffix
     assert len(suffix_policy) == 4 - k  # steps k..3 again
     assert final.loss_mask() == _mask_from_ids(final)
     assert len(final.loss_mask()) == len(final.response_ids)
