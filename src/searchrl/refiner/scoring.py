@@ -35,11 +35,19 @@ def candidate_logprobs(
     micro_batch_size: int,
 ) -> list[list[float]]:
     """log P(candidate | prompt) for every candidate of every prompt (`candidates[i]` belongs
-    to `prompts[i]`), summed over the candidate's tokens."""
-    out: list[list[float]] = []
-    for start in range(0, len(prompts), micro_batch_size):
-        stop = start + micro_batch_size
-        out += _score_micro(model, prompts[start:stop], candidates[start:stop], pad_id)
+    to `prompts[i]`), summed over the candidate's tokens. Prompts are grouped by length so a
+    micro-batch pads little: on a 2-core CPU, 16 meta prompts of 580–1040 tokens took 34–38 s
+    two per pass as they came, 29–30 s sorted, 24–26 s one at a time (no padding at all, so
+    no attention mask either); on a GPU the batch is what pays."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[list[float]] = [[] for _ in prompts]
+    for start in range(0, len(order), micro_batch_size):
+        rows = order[start : start + micro_batch_size]
+        scored = _score_micro(
+            model, [prompts[i] for i in rows], [candidates[i] for i in rows], pad_id
+        )
+        for row, scores in zip(rows, scored, strict=True):
+            out[row] = scores
     return out
 
 

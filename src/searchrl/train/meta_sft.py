@@ -272,9 +272,10 @@ def meta_report(
     chat = config.rollout.use_chat_template
     eval_split = config.data.eval_split
     report: dict[str, float] = {}
+    # read in SFT-sized micro-batches: 1 on a CPU, where padding costs more than batching saves
     refiner = MetaRefiner(
         policy, tokenizer, None, env.retriever, config.rollout,
-        RefinerConfig(calibration="content_free"),
+        RefinerConfig(calibration="content_free", micro_batch_size=config.micro_batch_size),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
     )  # fmt: skip
     synthetic_held = labelled_references(

@@ -49,6 +49,20 @@ def test_batched_scores_match_full_forwards(
     assert [v for row in split for v in row] == pytest.approx(flat, abs=1e-5)
 
 
+def test_scores_come_back_in_the_prompts_order_whatever_their_lengths(
+    tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Micro-batches group prompts by length; each row still gets its own prompt's scores."""
+    texts = ["the longest prompt of the three, by far the longest", "short", "a middle one"]
+    prompts = [tokenizer.encode(t) for t in texts]
+    cands = [candidate_ids(tokenizer, n) for n in (3, 1, 2)]
+    got = candidate_logprobs(tiny, prompts, cands, tokenizer.pad_token_id or 0, 2)
+    assert [len(row) for row in got] == [4, 2, 3]
+    for prompt, row_cands, row in zip(prompts, cands, got, strict=True):
+        for cand, value in zip(row_cands, row, strict=True):
+            assert value == pytest.approx(_naive(tiny, prompt, cand), abs=1e-4)
+
+
 def _reading(probs: list[float]) -> Reading:
     return Reading("p", [1], [[k] for k in range(len(probs))], [math.log(p) for p in probs])
 
