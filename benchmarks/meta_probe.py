@@ -35,7 +35,8 @@ from sklearn.preprocessing import StandardScaler
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import DataConfig, PolicyConfig, SFTConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import DataConfig, PolicyConfig
 from searchrl.models.precision import fast_bf16
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.refiner import MetaRefiner

@@ -10,7 +10,8 @@ import typer
 
 from searchrl.cli.common import ForceOption, require_dir
 from searchrl.config.loading import load_config
-from searchrl.config.train import DataConfig, PolicyConfig, SFTConfig, TrainConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import DataConfig, PolicyConfig, TrainConfig
 from searchrl.utils.output import check_output
 
 PRESETS_DIR = Path(__file__).resolve().parents[3] / "configs"

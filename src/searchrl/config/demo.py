@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 from searchrl.config.data import WorldConfig
 from searchrl.config.rollout import RolloutConfig
+from searchrl.config.sft import SFTConfig
 from searchrl.config.train import (
     AlgoConfig,
     DataConfig,
     LoggingConfig,
     OptimConfig,
     RewardConfig,
-    SFTConfig,
     TrainConfig,
 )
 

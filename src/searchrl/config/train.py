@@ -1,5 +1,5 @@
-"""Configuration of RL training (PPO / GRPO), SFT and the demo. Every training default lives
-here; `configs/*.yaml` presets override them and `key=value` arguments override the presets.
+"""Configuration of RL training (PPO / GRPO); the warm start's is `config.sft`. Every RL default
+lives here; `configs/*.yaml` presets override them and `key=value` arguments override the presets.
 
 Batch sizes count *prompts* where the paper does (batch 512, mini-batch 256): a step samples
 `batch_size` prompts × `n_samples` trajectories.
@@ -8,7 +8,6 @@ Batch sizes count *prompts* where the paper does (batch 512, mini-batch 256): a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from searchrl.config.checks import (
@@ -303,102 +302,14 @@ class TrainConfig:
             raise ConfigError("refiner.joint: needs a critic-free algo.advantage (grpo, rloo)")
 
     @property
+    def loss_norm_tokens(self) -> int:
+        """The constant of the Dr. GRPO aggregation: `algo.loss_norm_tokens`, or else the most
+        tokens a trajectory can generate ((max_turns + 1) rounds of max_response_tokens)."""
+        if self.algo.loss_norm_tokens > 0:
+            return self.algo.loss_norm_tokens
+        return (self.rollout.max_turns + 1) * self.rollout.max_response_tokens
+
+    @property
     def uses_critic(self) -> bool:
         """PPO (GAE) trains a value model; the group estimators don't."""
         return self.algo.advantage == "gae"
-
-
-@dataclass(frozen=True)
-class SFTConfig:
-    """Supervised warm start on reference (or rejection-sampled) trajectories."""
-
-    seed: int = 0
-    """Shuffling seed."""
-    source: Literal["references", "rejection", "direct", "rag"] = "references"
-    """`references`: the world's reference trajectories; `rejection`: sample with search via
-    the rollout engine and keep the correct ones (the paper's rejection-sampling baseline);
-    `direct` / `rag`: the same references as (question → answer) / (question + top-k passages
-    → answer) in the Direct / RAG prompts, for the fine-tuned baselines `direct-ft` /
-    `rag-ft` of `searchrl eval`."""
-    max_examples: NonNegativeInt = 300
-    """Trajectories used (the first N after shuffling); 0 skips the Actor's phase, for a
-    Meta-Refiner warm start on top of an Actor already fine-tuned (`policy.init_checkpoint`)."""
-    epochs: PositiveFloat = 0.65
-    """Passes over the examples (fractional: stop part-way through the last one)."""
-    batch_size: PositiveInt = 8
-    """Sequences per optimizer step."""
-    micro_batch_size: PositiveInt = 4
-    """Sequences per forward/backward (packed into one row)."""
-    micro_batch_tokens: NonNegativeInt = 0
-    """> 0: a forward also holds at most this many tokens (see TrainConfig)."""
-    lr: PositiveFloat = 1e-4
-    """Peak learning rate."""
-    warmup_ratio: Fraction = 0.05
-    """Linear warm-up fraction, then linear decay to 0."""
-    grad_clip: float = 1.0
-    """Max global grad norm."""
-    mask_env: bool = True
-    """Mask env tokens (retrieved passages) out of the loss, as in RL."""
-    rejection_samples: PositiveInt = 5
-    """Rejection sampling: trajectories sampled per question (the paper: five)."""
-    meta_examples: NonNegativeInt = 0
-    """Search-R2 warm start: this many world-labelled Meta-Refiner examples (meta prompt →
-    the earliest flawed step): solved train references, clean or corrupted at a step drawn
-    uniformly from 1..T (`data.world.corrupt`); 0 = none."""
-    meta_clean_share: Fraction = 0.5
-    """Share of those examples that are clean references (label 0); the rest are references
-    corrupted at a known step."""
-    meta_schedule: Literal["mixed", "phase"] = "phase"
-    """`mixed`: the meta examples join the Actor's references in one run (weighted by
-    `meta_weight`); `phase`: the Actor's references first, then a meta phase on the meta
-    examples (and the labelled own rollouts) alone."""
-    meta_weight: Literal["token", "sequence"] = "sequence"
-    """Mixed runs: `token`, a meta example's 2 answer tokens weigh like any token (~1% of the
-    gradient next to references of 100–150 trained tokens); `sequence`, the example weighs
-    as much as an average reference (its tokens multiplied by the ratio of trained tokens)."""
-    meta_rollouts: NonNegativeInt = 0
-    """Trajectories the Actor rolls out on train questions after its references (rollout
-    temperature), labelled by the world's oracle (earliest step whose search missed its hop,
-    or the answer step), balanced clean/flawed, trained on in the meta phase."""
-    meta_rollouts_from: str = ""
-    """A folder of an earlier `searchrl sft` run with own rollouts (its
-    `trajectories/meta_{train,held_out}.jsonl`, oracle labels in `metrics.flaw_step`): the
-    meta phase and the report use all of those instead of rolling out anew (`meta_rollouts`
-    and `meta_eval_size` are then unused). Rollouts are the warm start's costly
-    part; reusing them compares meta phases on the very same held-out transcripts. The world
-    must be the one they were rolled out on."""
-    meta_epochs: PositiveFloat = 1.0
-    """Passes over the meta phase's examples."""
-    meta_lr: PositiveFloat = 5e-5
-    """Peak learning rate of the meta phase."""
-    meta_replay: NonNegativeFloat = 0.5
-    """Actor references (its SFT examples, else the world's solved train references) replayed
-    per meta example in the meta phase, each meta example weighted like a reference. Without
-    them the Actor answered "0" to every search prompt (docs/search_r2.md)."""
-    meta_train_layers: NonNegativeInt = 0
-    """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
-    final norm (as `policy.train_layers`, for this phase alone): a cheaper backward pass."""
-    meta_eval_size: NonNegativeInt = 40
-    """With meta examples or rollouts: held-out questions (`data.eval_split`) the Actor rolls
-    out once each, labelled by the oracle and never trained on, and as many held-out
-    corrupted references; the final refiner's ROC-AUC, accuracy and trimmer exact step on
-    them go to `summary.json` (`meta/*`, `meta/synthetic/*`)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-
-    def validate(self) -> None:
-        """Something must be trained; reused own rollouts must be there."""
-        meta = self.meta_examples or self.meta_rollouts or self.meta_rollouts_from
-        if self.max_examples == 0 and not meta:
-            raise ConfigError(
-                "max_examples: 0 trains no Actor examples; give meta_examples or meta_rollouts"
-            )
-        if self.meta_rollouts_from:
-            kept = Path(self.meta_rollouts_from) / "trajectories"
-            for name in ("meta_train.jsonl", "meta_held_out.jsonl"):
-                if not (kept / name).is_file():
-                    raise ConfigError(f"meta_rollouts_from: {kept / name} does not exist")
-        if self.meta_train_layers and self.policy.lora_rank:
-            raise ConfigError("meta_train_layers: freezes full weights; not with policy.lora_rank")

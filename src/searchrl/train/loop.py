@@ -74,14 +74,6 @@ SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
 """Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
 
-def loss_norm_tokens(config: TrainConfig) -> int:
-    """The constant of the Dr. GRPO aggregation: `algo.loss_norm_tokens`, or else the most
-    tokens a trajectory can generate ((max_turns + 1) rounds of max_response_tokens)."""
-    if config.algo.loss_norm_tokens > 0:
-        return config.algo.loss_norm_tokens
-    return (config.rollout.max_turns + 1) * config.rollout.max_response_tokens
-
-
 class Trainer:
     """Owns networks, optimizers, sampler and step counter; `step()` runs one RL step."""
 
@@ -126,7 +118,7 @@ class Trainer:
             eps=algo.adv_eps,
             whiten=algo.whiten_advantages,
         )
-        self.weights = make_loss_weights(algo.loss_agg, loss_norm_tokens(config))
+        self.weights = make_loss_weights(algo.loss_agg, config.loss_norm_tokens)
         self.layout = RowLayout.of(0)
         """This step's rows: meta rows are weighed inside their trajectory (`train.joint`)."""
         self.kl_loss = (

@@ -31,7 +31,7 @@ from torch import nn
 
 from searchrl.config.errors import ConfigError
 from searchrl.config.refiner import RefinerConfig
-from searchrl.config.train import SFTConfig
+from searchrl.config.sft import SFTConfig
 from searchrl.data.world import Reference
 from searchrl.data.world.corrupt import Corrupter
 from searchrl.refiner.labelled import label_accuracy, meta_example, oracle_flaw

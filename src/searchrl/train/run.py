@@ -31,7 +31,8 @@ from rich.progress import (
 
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
-from searchrl.config.train import PolicyConfig, SFTConfig, TrainConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import PolicyConfig, TrainConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner import MetaRefiner
 from searchrl.reward.judges import CachedJudge, make_judge

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from searchrl.algo.losses import aggregate, token_mean_weights, training_mask
-from searchrl.config.train import SFTConfig
+from searchrl.config.sft import SFTConfig
 from searchrl.data.templates import direct_prompt, rag_prompt, render_chat
 from searchrl.data.world import Reference
 from searchrl.retrieval.base import Retriever

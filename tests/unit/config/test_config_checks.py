@@ -16,7 +16,8 @@ from searchrl.config.demo import DemoConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import SFTConfig, TrainConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import TrainConfig
 
 ROOTS = (TrainConfig, SFTConfig, DemoConfig, RetrievalConfig, WorldConfig, MixConfig)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rollout_fakes import DictRetriever, ScriptedBackend
 
 from searchrl.config.eval import EvalConfig
-from searchrl.config.train import SFTConfig
+from searchrl.config.sft import SFTConfig
 from searchrl.data.templates import direct_prompt, rag_prompt
 from searchrl.data.world import Reference
 from searchrl.eval.methods import Context, start_trajectory

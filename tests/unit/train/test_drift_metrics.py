@@ -9,7 +9,7 @@ import torch
 from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
 
 from searchrl.reward.outcome import em_reward
-from searchrl.train.loop import Trainer, loss_norm_tokens
+from searchrl.train.loop import Trainer
 from searchrl.train.metrics import advantage_length_metrics, drift_metrics
 from searchrl.train.models import frozen_reference, prepare_policy
 from searchrl.types import Question, Trajectory
@@ -50,9 +50,9 @@ def test_policy_length_of_positive_and_negative_advantage_rows() -> None:
 def test_loss_norm_tokens_defaults_to_the_generation_budget() -> None:
     config = tiny_config()
     rollout = replace(config.rollout, max_turns=4, max_response_tokens=120)
-    assert loss_norm_tokens(replace(config, rollout=rollout)) == 600
+    assert replace(config, rollout=rollout).loss_norm_tokens == 600
     algo = replace(config.algo, loss_norm_tokens=256)
-    assert loss_norm_tokens(replace(config, rollout=rollout, algo=algo)) == 256
+    assert replace(config, rollout=rollout, algo=algo).loss_norm_tokens == 256
 
 
 @pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])

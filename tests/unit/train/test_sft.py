@@ -8,7 +8,7 @@ import pytest
 import torch
 from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llama
 
-from searchrl.config.train import SFTConfig
+from searchrl.config.sft import SFTConfig
 from searchrl.data.world import Reference
 from searchrl.train.meta_sft import replayed_references
 from searchrl.train.models import top_layers_only
