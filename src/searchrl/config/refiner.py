@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from searchrl.config.checks import Fraction, PositiveInt, Range
+from searchrl.config.checks import Fraction, NonNegativeInt, Range
 from searchrl.config.errors import ConfigError
 
 Revisions = Annotated[int, Range(ge=1, le=16)]
@@ -63,8 +63,10 @@ class RefinerConfig:
     """Where to cut: `model` (π_h over the valid steps, the paper) or `random`, a uniformly
     random step 1..T (seeded; the random-cut baseline)."""
 
-    micro_batch_size: PositiveInt = 4
-    """Meta prompts per forward pass when scoring the candidate answers."""
+    micro_batch_size: NonNegativeInt = 0
+    """Meta prompts per forward pass when scoring the candidate answers (grouped by length);
+    0 picks by device: 1 on a CPU, where a padded batch's masked attention costs more than
+    batching saves (16 prompts: 24.5 s one per pass, 28.6 s two), 4 on an accelerator."""
 
     probe_share: Fraction = 0.25
     """Share of accepted trajectories also trimmed and regenerated (not trained on) to

@@ -126,6 +126,13 @@ class MetaRefiner:
         self.retriever, self.rollout_config, self.config = retriever, rollout, config
         self.pad_id = pad_id
 
+    @property
+    def micro_batch_size(self) -> int:
+        """Meta prompts per scoring pass: `config.micro_batch_size`, or by device when 0."""
+        if self.config.micro_batch_size:
+            return self.config.micro_batch_size
+        return 1 if next(self.model.parameters()).device.type == "cpu" else 4
+
     def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
         """Each trajectory's meta prompt and answer log-probs (None for one without a step),
         all scored in `config.micro_batch_size`-sized forward passes; under
@@ -147,9 +154,8 @@ class MetaRefiner:
                 prompts.append(render_meta(self.tokenizer, content_free_text(n_steps)))
                 cands.append(candidate_ids(self.tokenizer, n_steps))
         scores = candidate_logprobs(
-            self.model, [ids for _, ids in prompts], cands, self.pad_id,
-            self.config.micro_batch_size,
-        )  # fmt: skip
+            self.model, [ids for _, ids in prompts], cands, self.pad_id, self.micro_batch_size
+        )
         priors = dict.fromkeys(lengths, 0.0)
         if self.config.calibration == "content_free":
             for n_steps, logp in zip(lengths, scores[len(where) :], strict=True):

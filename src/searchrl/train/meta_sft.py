@@ -272,10 +272,9 @@ def meta_report(
     chat = config.rollout.use_chat_template
     eval_split = config.data.eval_split
     report: dict[str, float] = {}
-    # read in SFT-sized micro-batches: 1 on a CPU, where padding costs more than batching saves
     refiner = MetaRefiner(
         policy, tokenizer, None, env.retriever, config.rollout,
-        RefinerConfig(calibration="content_free", micro_batch_size=config.micro_batch_size),
+        RefinerConfig(calibration="content_free"),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
     )  # fmt: skip
     synthetic_held = labelled_references(

@@ -261,3 +261,29 @@ def test_baseline_cut_follows_the_trimmers_average_distribution(
     outcome = refiner.refine(batch, seed=0, greedy=False)
     assert len(outcome.random_cuts) == 24 and len(cuts) == 48  # trims, then baseline cuts
     assert set(cuts[:24]) == {3} and set(cuts[24:]) == {3}
+
+
+def test_reading_picks_one_prompt_per_pass_on_a_cpu(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """`refiner.micro_batch_size: 0` reads one meta prompt per pass on a CPU (a padded batch
+    needs the slow masked attention there); a set size is used as given."""
+    from searchrl.refiner import scoring
+
+    backend, retriever, traj = setup
+    passes: list[int] = []
+    original = scoring._score_micro
+
+    def counting(model, prompts, *args):  # type: ignore[no-untyped-def]
+        passes.append(len(prompts))
+        return original(model, prompts, *args)
+
+    monkeypatch.setattr(scoring, "_score_micro", counting)
+    batch = [Trajectory.from_json(traj.to_json()) for _ in range(3)]
+    for size, expected in ((0, [1, 1, 1]), (2, [2, 1])):
+        config = RefinerConfig(enabled=True, micro_batch_size=size)
+        refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+        passes.clear()
+        assert all(r is not None for r in refiner.read(batch))
+        assert passes == expected
