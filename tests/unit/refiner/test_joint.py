@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -411,3 +412,35 @@ def test_joint_share_rules() -> None:
         tiny_config(refiner={"enabled": True, "joint": True, "joint_share": 0.0})
     with pytest.raises(ConfigError, match=re.escape("joint_share: a share of the meta rows needs")):
         tiny_config(refiner={"enabled": True, "joint_share": 0.5})
+
+
+def test_a_resumed_run_trains_the_same_share_of_decisions(tmp_path: Path) -> None:
+    """A run resumed from a checkpoint under `refiner.joint_share` trains the same decisions
+    at the next step (drawn from seed and step) and ends with the same weights."""
+    from searchrl.train import checkpoint as ckpt
+
+    def trainer() -> Trainer:
+        config = tiny_config(
+            refiner={"enabled": True, "joint": True, "joint_share": 0.25}, algo={"kl_coef": 0.0}
+        )
+        torch.manual_seed(0)
+        policy = prepare_policy(tiny_llama(), config.policy)
+        return Trainer(
+            config, policy, None, None, 0, scripted_rollout, em_reward, questions(),
+            refine=fake_refiner([10, 2]),
+        )  # fmt: skip
+
+    straight = trainer()
+    straight.step()
+    straight.step()
+    first = trainer()
+    first.step()
+    first.save(tmp_path)
+    resumed = trainer()
+    latest = ckpt.latest_checkpoint(tmp_path)
+    assert latest is not None
+    resumed.restore(latest)
+    resumed.step()
+    assert resumed.layout == straight.layout and len(straight.layout.owner) == 8 + 2
+    a, b = straight.policy.state_dict(), resumed.policy.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
