@@ -7,7 +7,8 @@ import pytest
 
 from searchrl.cli.train import resolve_preset
 from searchrl.config.errors import ConfigError
-from searchrl.config.loading import load_config
+from searchrl.config.loading import load_config, to_dict
+from searchrl.config.sft import SFTConfig
 from searchrl.config.train import TrainConfig
 
 
@@ -32,3 +33,22 @@ def test_paper_preset_numbers() -> None:
 def test_llm_judge_needs_an_endpoint() -> None:
     with pytest.raises(ConfigError, match=r"llm_judge\.url"):
         load_config(TrainConfig, resolve_preset("search_r2_grpo"), ["reward.judge=llm"])
+
+
+def test_the_cpu_preset_learns_with_the_search_r1_recipe() -> None:
+    """Issue 19: the Search-R2 arms learn like the Search-R1 ones, so they differ only by the
+    refiner and the hybrid reward (its judge and process term)."""
+    r1 = to_dict(load_config(TrainConfig, resolve_preset("tiny_cpu_grpo")))
+    r2 = to_dict(load_config(TrainConfig, resolve_preset("tiny_cpu_search_r2")))
+    for config in (r1, r2):
+        config.pop("refiner")
+        for key in ("kind", "process", "judge"):
+            config["reward"].pop(key)
+    assert r2 == r1
+
+
+def test_the_meta_warm_start_rolls_out_like_the_search_r2_preset() -> None:
+    """The meta phase labels own rollouts made with the budgets RL will read them under."""
+    sft = load_config(SFTConfig, resolve_preset("tiny_cpu_sft"))
+    r2 = load_config(TrainConfig, resolve_preset("tiny_cpu_search_r2"))
+    assert sft.rollout == r2.rollout
