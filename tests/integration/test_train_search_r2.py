@@ -98,6 +98,16 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert summary["sft/examples"] == 4.0 and summary["meta/synthetic_examples"] == 6.0
     assert summary["meta/replayed_references"] == 3.0  # meta_replay 0.5 of 6 meta examples
     assert summary["meta/rollouts"] == 6.0 and summary["meta/labelled"] == 4.0
+    assert summary["meta/rollouts_taught_share"] == 0.0  # 16 untaught train questions
+    # the final model rolled the same 4 held-out questions out again, and they were read
+    assert summary["meta/final/labelled"] == 4.0 and 0.0 <= summary["meta/final/em"] <= 1.0
+    final = (tmp_path / "trajectories" / "meta_final_held_out.jsonl").read_text().splitlines()
+    held_uids = [
+        json.loads(line)["uid"]
+        for line in (tmp_path / "trajectories" / "meta_held_out.jsonl").read_text().splitlines()
+    ]
+    assert sorted(json.loads(line)["uid"] for line in final) == sorted(held_uids)
+    assert all("flaw_step" in json.loads(line)["metrics"] for line in final)
     assert summary["meta/synthetic/labelled"] == 4.0
     for key in ("meta/discriminator_accuracy", "meta/synthetic/trimmer_exact_step"):
         assert 0.0 <= summary[key] <= 1.0 or summary[key] != summary[key]  # NaN: no flawed one

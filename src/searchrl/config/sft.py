@@ -95,6 +95,10 @@ class SFTConfig:
     out once each, labelled by the oracle and never trained on, and as many held-out
     corrupted references; the final refiner's ROC-AUC, accuracy and trimmer exact step on
     them go to `summary.json` (`meta/*`, `meta/synthetic/*`)."""
+    meta_final_rollouts: bool = True
+    """Also roll out the same held-out questions with the final model and report how the
+    refiner reads those (`meta/final/*`): the meta phase's replay trains the Actor further
+    (it doubled one Actor's EM), so these, not the earlier Actor's, are what RL reads."""
     model: ModelConfig = field(default_factory=ModelConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)

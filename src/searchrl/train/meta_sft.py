@@ -8,8 +8,14 @@ rollouts labelled by the world's oracle, and how well the refiner reads held-out
     phase 2   a meta phase: the synthetic examples (`meta_schedule: phase`) and the train
               rollouts, clean and flawed balanced, with Actor references replayed among
               them (`meta_replay`) so that the Actor keeps its own prompt
-    report    the final model reads the held-out rollouts (never trained on) and held-out
-              synthetic transcripts: ROC-AUC, accuracy at τ, trimmer exact step
+    report    the final model reads the held-out rollouts (never trained on), held-out
+              synthetic transcripts, and held-out rollouts of the final model itself (the
+              meta phase's replay moves the Actor, and RL reads the final Actor's
+              transcripts): ROC-AUC, accuracy at τ, trimmer exact step
+
+The train rollouts go first to the train questions the Actor was not taught: on the questions
+of its own references an Actor is nearly always right, so its mistakes there are few and
+unlike those it makes in RL on questions it has not seen.
 
 Why so much: a meta example trains 2 tokens (the answer and EOS) against 100–150 for a
 reference, so mixed in by token count it gets ~1% of the gradient and the model learns the
@@ -135,30 +141,59 @@ def replayed_references(
     return out
 
 
-def own_rollouts(
-    config: SFTConfig, env: Environment, policy: nn.Module, tokenizer: object
-) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
-    """The model's rollouts on train questions (`meta_rollouts`) and held-out ones
-    (`meta_eval_size`), at the rollout temperature, each with the oracle's label."""
-    train_qs = env.questions(config.data.train_split)
-    held_qs = env.questions(config.data.eval_split)[: config.meta_eval_size]
-    per_question = math.ceil(config.meta_rollouts / max(len(train_qs), 1))
-    train_qs = train_qs[: math.ceil(config.meta_rollouts / max(per_question, 1))]
+def rollout_questions(
+    questions: Sequence[Question], taught: set[str], n: int
+) -> tuple[list[Question], int]:
+    """The train questions to roll out and samples per question for `n` rollouts: the
+    questions not in `taught` (uids of the Actor's own examples) first, in order, then the
+    taught ones; as few samples per question as cover `n` with all of them."""
+    ordered = [q for q in questions if q.uid not in taught] + [
+        q for q in questions if q.uid in taught
+    ]
+    per_question = math.ceil(n / max(len(ordered), 1))
+    return ordered[: math.ceil(n / max(per_question, 1))], per_question
+
+
+def labelled_rollouts(
+    config: SFTConfig,
+    env: Environment,
+    policy: nn.Module,
+    tokenizer: object,
+    jobs: Sequence[tuple[Question, int, int]],
+    label: str,
+) -> list[tuple[Trajectory, int]]:
+    """Rolls out every (question, samples, seed) job at the rollout temperature, in chunks
+    of `ROLLOUT_CHUNK` questions, and labels each rollout with the oracle."""
     backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
-    jobs = [(q, per_question, config.seed) for q in train_qs]
-    jobs += [(q, 1, config.seed + 1) for q in held_qs]
     out: list[Trajectory] = []
-    with progress_bar("own rollouts", len(jobs), unit="questions") as advance:
+    with progress_bar(label, len(jobs), unit="questions") as advance:
         for start in range(0, len(jobs), ROLLOUT_CHUNK):
             chunk = jobs[start : start + ROLLOUT_CHUNK]
             for samples, seed in dict.fromkeys((n, s) for _, n, s in chunk):
                 qs = [q for q, n, s in chunk if (n, s) == (samples, seed)]
                 out += rollout(qs, n_samples=samples, seed=seed, greedy=False)
             advance(len(chunk))
-    labels = oracle_labels(out, [*train_qs, *held_qs])
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+    labels = oracle_labels(out, [q for q, _, _ in jobs])
+    return list(zip(out, labels, strict=True))
+
+
+def own_rollouts(
+    config: SFTConfig, env: Environment, policy: nn.Module, tokenizer: object, taught: set[str]
+) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
+    """The model's rollouts on train questions (`meta_rollouts`, untaught ones first: see
+    `rollout_questions`) and held-out ones (`meta_eval_size`), each with the oracle's label."""
+    train_qs, per_question = rollout_questions(
+        env.questions(config.data.train_split), taught, config.meta_rollouts
+    )
+    held_qs = env.questions(config.data.eval_split)[: config.meta_eval_size]
+    jobs = [(q, per_question, config.seed) for q in train_qs]
+    jobs += [(q, 1, config.seed + 1) for q in held_qs]
+    pairs = labelled_rollouts(config, env, policy, tokenizer, jobs, "own rollouts")
     held = {q.uid for q in held_qs}
-    pairs = list(zip(out, labels, strict=True))
     return [p for p in pairs if p[0].uid not in held], [p for p in pairs if p[0].uid in held]
 
 
@@ -210,6 +245,7 @@ def warm_start_meta(
     held_out: list[tuple[Trajectory, int]] = []
     if config.meta_rollouts_from:  # read first: a wrong folder fails before any training
         own_train, held_out = saved_rollouts(Path(config.meta_rollouts_from), env, config)
+    taught = {t.uid for t in actor}
     chat = config.rollout.use_chat_template
     train_split = config.data.train_split
     labelled = labelled_references(
@@ -226,7 +262,7 @@ def warm_start_meta(
         train([*actor, *mixed], [1.0] * len(actor) + [weight] * len(mixed), config, "sft")
     if config.meta_rollouts_from or config.meta_rollouts > 0 or config.meta_eval_size > 0:
         if not config.meta_rollouts_from:
-            own_train, held_out = own_rollouts(config, env, policy, tokenizer)
+            own_train, held_out = own_rollouts(config, env, policy, tokenizer, taught)
         for name, pairs in (("meta_train", own_train), ("meta_held_out", held_out)):
             for traj, label in pairs:
                 traj.metrics["flaw_step"] = float(label)
@@ -250,6 +286,8 @@ def warm_start_meta(
         "meta/rollout_examples": float(len(kept)),
         "meta/rollouts": float(len(own_train)),
         "meta/rollouts_flawed_share": sum(y > 0 for _, y in own_train) / max(len(own_train), 1),
+        "meta/rollouts_taught_share": sum(t.uid in taught for t, _ in own_train)
+        / max(len(own_train), 1),
         "meta/rollouts_em": sum(t.metrics.get("em", 0.0) for t, _ in own_train)
         / max(len(own_train), 1),
     }
@@ -266,7 +304,11 @@ def meta_report(
 ) -> dict[str, float]:
     """How the warm-started refiner (τ = 0) reads the held-out own rollouts (`meta/*`) and as
     many held-out corrupted references (`meta/synthetic/*`); every reading (label, answer
-    log-probs, prior) goes to `out_dir/meta_readings.jsonl`. Read with the content-free
+    log-probs, prior) goes to `out_dir/meta_readings.jsonl`. `meta/final/*` read the final
+    model's own rollouts of the same held-out questions (`meta_final_rollouts`; kept in
+    `out_dir/trajectories/meta_final_held_out.jsonl`): the Actor RL starts from, which the
+    meta phase's replay has trained further than the one that rolled out `held_out`. Read
+    with the content-free
     prior so that both scores are reported: `*_raw` are the default refiner's
     (`calibration: none`), the others those of `calibration: content_free`."""
     chat = config.rollout.use_chat_template
@@ -281,8 +323,23 @@ def meta_report(
         env.references(eval_split), env.questions(eval_split), config.meta_eval_size,
         config.meta_clean_share, config.seed + 1, env.retriever,
     )  # fmt: skip
+    final: list[tuple[Trajectory, int]] = []
+    if config.meta_final_rollouts and held_out:
+        questions = {q.uid: q for q in env.questions(eval_split)}
+        held_qs = [questions[uid] for uid in dict.fromkeys(t.uid for t, _ in held_out)]
+        jobs = [(q, 1, config.seed + 1) for q in held_qs]
+        final = labelled_rollouts(config, env, policy, tokenizer, jobs, "final rollouts")
+        for traj, label in final:
+            traj.metrics["flaw_step"] = float(label)
+        if out_dir is not None:
+            path = out_dir / "trajectories" / "meta_final_held_out.jsonl"
+            save_trajectories(path, [t for t, _ in final])
+        report["meta/final/em"] = sum(t.metrics.get("em", 0.0) for t, _ in final) / len(final)
+    if held_out:
+        report["meta/em"] = sum(t.metrics.get("em", 0.0) for t, _ in held_out) / len(held_out)
     sets = {
         "meta/": ([t for t, _ in held_out], [y for _, y in held_out]),
+        "meta/final/": ([t for t, _ in final], [y for _, y in final]),
         "meta/synthetic/": (
             [reference_trajectory(r, tokenizer, chat) for r, _ in synthetic_held],
             [y for _, y in synthetic_held],

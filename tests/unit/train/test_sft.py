@@ -10,7 +10,7 @@ from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llam
 
 from searchrl.config.sft import SFTConfig
 from searchrl.data.world import Reference
-from searchrl.train.meta_sft import replayed_references
+from searchrl.train.meta_sft import replayed_references, rollout_questions
 from searchrl.train.models import top_layers_only
 from searchrl.train.sft import reference_trajectory, rejection_sample, run_sft, solved_references
 from searchrl.types import Question, Trajectory
@@ -114,6 +114,23 @@ def test_meta_replay_draws_actor_references_without_repeats_first() -> None:
     none = replayed_references(replace(config, meta_replay=0.0), world, tok, actor, 8)  # type: ignore[arg-type]
     assert none == []
     assert replayed_references(config, _World([]), tok, [], 8) == []  # type: ignore[arg-type]
+
+
+def test_own_rollouts_go_to_the_questions_the_actor_was_not_taught_first() -> None:
+    """The warm start's own rollouts are drawn from the train questions outside the Actor's
+    references while there are enough of them (it rolled out the first questions, taught or
+    not, and on a world whose references it had all been taught it was 0.96 right there);
+    taught ones fill in, and samples per question grow only when every question is used."""
+    pool = questions(6)
+    taught = {pool[0].uid, pool[2].uid}
+    chosen, per_question = rollout_questions(pool, taught, 3)
+    assert [q.uid for q in chosen] == [pool[1].uid, pool[3].uid, pool[4].uid]
+    assert per_question == 1
+    chosen, per_question = rollout_questions(pool, taught, 5)
+    assert [q.uid for q in chosen][-1] == pool[0].uid and len(chosen) == 5
+    chosen, per_question = rollout_questions(pool, taught, 12)
+    assert per_question == 2 and len(chosen) == 6
+    assert rollout_questions(pool, set(), 2)[0] == pool[:2]
 
 
 def _first_gradient(
