@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import torch
 from torch import nn
 
 from searchrl.config.refiner import RefinerConfig
@@ -121,10 +122,15 @@ class MetaRefiner:
         rollout: RolloutConfig,
         config: RefinerConfig,
         pad_id: int,
+        *,
+        bf16: bool = False,
     ) -> None:
+        """`bf16`: read under bf16 autocast, as the trainer's forwards run where
+        `policy.autocast` turns it on (the decision is then trained at the precision it was
+        read at, and the reading, a full forward of each transcript, costs less)."""
         self.model, self.tokenizer, self.backend = model, tokenizer, backend
         self.retriever, self.rollout_config, self.config = retriever, rollout, config
-        self.pad_id = pad_id
+        self.pad_id, self.bf16 = pad_id, bf16
 
     @property
     def micro_batch_size(self) -> int:
@@ -153,9 +159,11 @@ class MetaRefiner:
             for n_steps in lengths:
                 prompts.append(render_meta(self.tokenizer, content_free_text(n_steps)))
                 cands.append(candidate_ids(self.tokenizer, n_steps))
-        scores = candidate_logprobs(
-            self.model, [ids for _, ids in prompts], cands, self.pad_id, self.micro_batch_size
-        )
+        device = next(self.model.parameters()).device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            scores = candidate_logprobs(
+                self.model, [ids for _, ids in prompts], cands, self.pad_id, self.micro_batch_size
+            )
         priors = dict.fromkeys(lengths, 0.0)
         if self.config.calibration == "content_free":
             for n_steps, logp in zip(lengths, scores[len(where) :], strict=True):

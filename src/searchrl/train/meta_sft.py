@@ -46,7 +46,7 @@ from searchrl.retrieval.base import Retriever
 from searchrl.reward.judges.symbolic import world_support
 from searchrl.train.environment import Environment, make_backend, make_rollout_fn
 from searchrl.train.metrics import save_trajectories
-from searchrl.train.models import decoder_layers, top_layers_only
+from searchrl.train.models import decoder_layers, top_layers_only, use_bf16
 from searchrl.train.sft import reference_trajectory, solved_references
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import progress_bar
@@ -308,9 +308,9 @@ def meta_report(
     model's own rollouts of the same held-out questions (`meta_final_rollouts`; kept in
     `out_dir/trajectories/meta_final_held_out.jsonl`): the Actor RL starts from, which the
     meta phase's replay has trained further than the one that rolled out `held_out`. Read
-    with the content-free
-    prior so that both scores are reported: `*_raw` are the default refiner's
-    (`calibration: none`), the others those of `calibration: content_free`."""
+    as RL reads (bf16 where `policy.autocast` turns it on), with the content-free prior so
+    that both scores are reported: `*_raw` are the default refiner's (`calibration: none`),
+    the others those of `calibration: content_free`."""
     chat = config.rollout.use_chat_template
     eval_split = config.data.eval_split
     report: dict[str, float] = {}
@@ -318,6 +318,7 @@ def meta_report(
         policy, tokenizer, None, env.retriever, config.rollout,
         RefinerConfig(calibration="content_free"),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
+        bf16=use_bf16(config.policy.autocast, policy),
     )  # fmt: skip
     synthetic_held = labelled_references(
         env.references(eval_split), env.questions(eval_split), config.meta_eval_size,

@@ -255,8 +255,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     refiner = None
     if config.refiner.enabled:
         refiner = MetaRefiner(
-            policy, tokenizer, backend, env.retriever, config.rollout, config.refiner, pad_id
-        ).refine
+            policy, tokenizer, backend, env.retriever, config.rollout, config.refiner, pad_id,
+            bf16=use_bf16(config.policy.autocast, policy),
+        ).refine  # fmt: skip
     trainer = Trainer(
         config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
     )

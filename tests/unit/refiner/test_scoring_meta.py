@@ -142,6 +142,27 @@ def test_content_free_prior_removes_the_log_t_bias(
         assert reading.prior == pytest.approx(logsumexp(by_hand[1:]) - by_hand[0], abs=1e-4)
 
 
+def test_reading_under_bf16_autocast_stays_near_the_fp32_reading(
+    tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`bf16=True` reads under bf16 autocast, as the trainer's forwards run where
+    `policy.autocast` is on: the answers' log-probs move by rounding (so the autocast is
+    really applied), not by whole nats (dynamic int8 moved them by up to 2.5), and the
+    weights stay fp32."""
+    trajs = [_transcript(n) for n in (1, 3)]
+    config = RefinerConfig(calibration="none")
+
+    def read(bf16: bool) -> list[list[float]]:
+        refiner = MetaRefiner(tiny, tokenizer, None, None, RolloutConfig(), config, 0, bf16=bf16)  # type: ignore[arg-type]
+        return [r.logprobs for r in refiner.read(trajs) if r is not None]
+
+    full, half = read(False), read(True)
+    moved = [abs(a - b) for f, h in zip(full, half, strict=True) for a, b in zip(f, h)]
+    assert max(moved) > 0.0
+    assert max(moved) < 0.1
+    assert all(p.dtype == torch.float32 for p in tiny.parameters())
+
+
 def test_batch_average_cut_distribution_by_hand() -> None:
     assert average_cut([[0.2, 0.8], [1.0], [0.1, 0.1, 0.8]]) == pytest.approx(
         [1.3 / 3, 0.9 / 3, 0.8 / 3]
