@@ -104,7 +104,7 @@ def main() -> None:
     model.eval()
     print(f"native bf16 on this CPU: {fast_bf16(torch.device('cpu'))}")
     lines = [
-        "| set | read | fp32 s | bf16 s | speed-up | max |Δ log-odds| | mean |Δ| "
+        "| set | read | fp32 s | bf16 s | speed-up | largest log-odds shift | mean shift "
         "| same τ=0 decision | same cut (flawed) | ROC-AUC raw fp32 / bf16 "
         "| trimmer exact fp32 / bf16 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
