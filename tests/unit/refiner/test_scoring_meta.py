@@ -157,7 +157,7 @@ def test_reading_under_bf16_autocast_stays_near_the_fp32_reading(
         return [r.logprobs for r in refiner.read(trajs) if r is not None]
 
     full, half = read(False), read(True)
-    moved = [abs(a - b) for f, h in zip(full, half, strict=True) for a, b in zip(f, h)]
+    moved = [abs(a - b) for f, h in zip(full, half, strict=True) for a, b in zip(f, h, strict=True)]
     assert max(moved) > 0.0
     assert max(moved) < 0.1
     assert all(p.dtype == torch.float32 for p in tiny.parameters())
