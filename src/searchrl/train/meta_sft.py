@@ -163,7 +163,8 @@ def labelled_rollouts(
     label: str,
 ) -> list[tuple[Trajectory, int]]:
     """Rolls out every (question, samples, seed) job at the rollout temperature, in chunks
-    of `ROLLOUT_CHUNK` questions, and labels each rollout with the oracle."""
+    of `ROLLOUT_CHUNK` questions, and labels each rollout with the oracle (also kept as
+    `metrics["flaw_step"]`, so saved rollouts carry their labels)."""
     backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     out: list[Trajectory] = []
@@ -178,7 +179,14 @@ def labelled_rollouts(
     if callable(close):
         close()
     labels = oracle_labels(out, [q for q, _, _ in jobs])
+    for traj, label in zip(out, labels, strict=True):
+        traj.metrics["flaw_step"] = float(label)
     return list(zip(out, labels, strict=True))
+
+
+def mean_em(pairs: Sequence[tuple[Trajectory, int]]) -> float:
+    """The rollouts' mean exact match (0 for none)."""
+    return sum(t.metrics.get("em", 0.0) for t, _ in pairs) / max(len(pairs), 1)
 
 
 def own_rollouts(
@@ -264,8 +272,6 @@ def warm_start_meta(
         if not config.meta_rollouts_from:
             own_train, held_out = own_rollouts(config, env, policy, tokenizer, taught)
         for name, pairs in (("meta_train", own_train), ("meta_held_out", held_out)):
-            for traj, label in pairs:
-                traj.metrics["flaw_step"] = float(label)
             if out_dir is not None:
                 save_trajectories(out_dir / "trajectories" / f"{name}.jsonl", [t for t, _ in pairs])
     kept = balance(own_train, config.seed)
@@ -288,8 +294,7 @@ def warm_start_meta(
         "meta/rollouts_flawed_share": sum(y > 0 for _, y in own_train) / max(len(own_train), 1),
         "meta/rollouts_taught_share": sum(t.uid in taught for t, _ in own_train)
         / max(len(own_train), 1),
-        "meta/rollouts_em": sum(t.metrics.get("em", 0.0) for t, _ in own_train)
-        / max(len(own_train), 1),
+        "meta/rollouts_em": mean_em(own_train),
     }
     return counts, held_out
 
@@ -330,14 +335,12 @@ def meta_report(
         held_qs = [questions[uid] for uid in dict.fromkeys(t.uid for t, _ in held_out)]
         jobs = [(q, 1, config.seed + 1) for q in held_qs]
         final = labelled_rollouts(config, env, policy, tokenizer, jobs, "final rollouts")
-        for traj, label in final:
-            traj.metrics["flaw_step"] = float(label)
         if out_dir is not None:
             path = out_dir / "trajectories" / "meta_final_held_out.jsonl"
             save_trajectories(path, [t for t, _ in final])
-        report["meta/final/em"] = sum(t.metrics.get("em", 0.0) for t, _ in final) / len(final)
+        report["meta/final/em"] = mean_em(final)
     if held_out:
-        report["meta/em"] = sum(t.metrics.get("em", 0.0) for t, _ in held_out) / len(held_out)
+        report["meta/em"] = mean_em(held_out)
     sets = {
         "meta/": ([t for t, _ in held_out], [y for _, y in held_out]),
         "meta/final/": ([t for t, _ in final], [y for _, y in final]),
