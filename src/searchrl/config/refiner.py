@@ -63,6 +63,13 @@ class RefinerConfig:
     """Where to cut: `model` (π_h over the valid steps, the paper) or `random`, a uniformly
     random step 1..T (seeded; the random-cut baseline)."""
 
+    read_on_engine: bool = True
+    """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
+    weights are the policy's, synced before every rollout) rather than with the trainer's
+    module: the engine batches the meta prompts and serves a candidate's end-of-turn from the
+    prompt's cached KV blocks. Prompts longer than the engine's context, and engines that
+    cannot score (HF, CTranslate2), are read by the module. MEASURED"""
+
     micro_batch_size: NonNegativeInt = 0
     """Meta prompts per forward pass when scoring the candidate answers (grouped by length);
     0 picks by device: 1 on a CPU, where a padded batch's masked attention costs more than

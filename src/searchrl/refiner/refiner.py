@@ -159,11 +159,7 @@ class MetaRefiner:
             for n_steps in lengths:
                 prompts.append(render_meta(self.tokenizer, content_free_text(n_steps)))
                 cands.append(candidate_ids(self.tokenizer, n_steps))
-        device = next(self.model.parameters()).device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            scores = candidate_logprobs(
-                self.model, [ids for _, ids in prompts], cands, self.pad_id, self.micro_batch_size
-            )
+        scores = self._score([ids for _, ids in prompts], cands)
         priors = dict.fromkeys(lengths, 0.0)
         if self.config.calibration == "content_free":
             for n_steps, logp in zip(lengths, scores[len(where) :], strict=True):
@@ -174,6 +170,31 @@ class MetaRefiner:
         ):
             readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1])
         return readings
+
+    def _score(self, prompts: list[list[int]], cands: list[list[list[int]]]) -> list[list[float]]:
+        """The candidates' log-probs: on the generation engine where `config.read_on_engine`
+        and the engine can score (vLLM: `score`) and the prompt fits its context, else with
+        the policy module (under bf16 autocast when `bf16`)."""
+        scores: list[list[float]] = [[] for _ in prompts]
+        engine = getattr(self.backend, "score", None) if self.config.read_on_engine else None
+        limit = getattr(self.backend, "max_model_len", None) or 0
+        fits = [len(p) + max(map(len, c)) <= limit for p, c in zip(prompts, cands, strict=True)]
+        on_engine = [i for i, fit in enumerate(fits) if fit] if callable(engine) else []
+        if on_engine:
+            read = engine([prompts[i] for i in on_engine], [cands[i] for i in on_engine])
+            for i, logp in zip(on_engine, read, strict=True):
+                scores[i] = logp
+        rest = sorted(set(range(len(prompts))) - set(on_engine))
+        if rest:
+            device = next(self.model.parameters()).device
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                read = candidate_logprobs(
+                    self.model, [prompts[i] for i in rest], [cands[i] for i in rest],
+                    self.pad_id, self.micro_batch_size,
+                )  # fmt: skip
+            for i, logp in zip(rest, read, strict=True):
+                scores[i] = logp
+        return scores
 
     def refine(
         self, trajectories: Sequence[Trajectory], *, seed: int, greedy: bool, probe: bool = True

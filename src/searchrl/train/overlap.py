@@ -67,6 +67,13 @@ class SharedEngine:
         with self.lock:
             return self.backend.generate(prompts, params)
 
+    def score(
+        self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
+    ) -> list[list[float]]:
+        """The engine's `score` (the Meta-Refiner's reading), under the lock."""
+        with self.lock:
+            return self.backend.score(prompts, candidates)  # type: ignore[attr-defined]
+
     def sync_to(self, weights: Any, version: int) -> None:
         """Load `weights` (a module or a `WeightSnapshot`) unless the engine holds `version`."""
         with self.lock:

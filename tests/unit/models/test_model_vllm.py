@@ -208,6 +208,25 @@ def test_rows_past_max_tokens_or_empty_budgets_keep_the_contract(
         engine.generate([prompt], [])
 
 
+def test_the_engine_scores_candidate_answers_as_the_transformers_model_does(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """The Meta-Refiner's reading on the engine: log P of whole candidate answers ("1" then
+    end-of-turn, "10" then end-of-turn: two and three tokens, sharing a first token) after
+    prompts longer than a KV block, equal to the HF model's scoring of the same weights."""
+    from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
+
+    prompts = [encode(tokenizer, p * 6) for p in PROMPTS[:2]]  # 2-3 blocks of 32
+    cands = [candidate_ids(tokenizer, 3), candidate_ids(tokenizer, 11)]
+    assert len(cands[1][10]) == 3 and cands[1][10][0] == cands[1][1][0]
+    expected = candidate_logprobs(model, prompts, cands, int(tokenizer.eos_token_id), 1)
+    got = engine.score(prompts, cands)
+    assert [len(row) for row in got] == [4, 12]
+    for want, have in zip(expected, got, strict=True):
+        assert have == pytest.approx(want, abs=2e-3)
+    assert len(set(got[1])) == 12  # each answer scored as itself, not as its first token
+
+
 def test_engine_settings_are_the_same_on_every_platform() -> None:
     from searchrl.models.vllm_backend import engine_kwargs
 

@@ -163,6 +163,53 @@ def test_reading_under_bf16_autocast_stays_near_the_fp32_reading(
     assert all(p.dtype == torch.float32 for p in tiny.parameters())
 
 
+class _Engine:
+    """A generation engine that can score: the module's reading shifted by `offset` nats, so
+    a test can tell which side read a row; `calls` keeps the prompts it was given."""
+
+    def __init__(self, model: torch.nn.Module, max_model_len: int | None, offset: float = 5.0):
+        self.model, self.max_model_len, self.offset = model, max_model_len, offset
+        self.calls: list[list[list[int]]] = []
+
+    def score(self, prompts: list[list[int]], cands: list[list[list[int]]]) -> list[list[float]]:
+        self.calls.append(prompts)
+        read = candidate_logprobs(self.model, prompts, cands, 0, 1)
+        return [[v + self.offset for v in row] for row in read]
+
+
+def test_reading_goes_to_the_engine_where_the_prompt_fits_its_context(
+    tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`read_on_engine`: meta prompts that fit the engine's context are scored there, longer
+    ones (and all of them when it is off, or when the engine cannot say its context) by the
+    module, each back in its own trajectory's place."""
+    trajs = [_transcript(n) for n in (4, 1, 2)]
+
+    def read(engine: object, on: bool = True) -> list[list[float]]:
+        config = RefinerConfig(read_on_engine=on)
+        refiner = MetaRefiner(tiny, tokenizer, engine, None, RolloutConfig(), config, 0)  # type: ignore[arg-type]
+        return [r.logprobs for r in refiner.read(trajs) if r is not None]
+
+    def flat(rows: list[list[float]], offset: float = 0.0) -> list[float]:
+        return [v + offset for row in rows for v in row]
+
+    module = read(None)
+    reader = MetaRefiner(tiny, tokenizer, None, None, RolloutConfig(), RefinerConfig(), 0)  # type: ignore[arg-type]
+    longest = reader.read(trajs[:1])[0]
+    assert longest is not None
+    # the 4-step transcript's prompt and answer ("0" + end of turn) need one token more
+    engine = _Engine(tiny, max_model_len=len(longest.prompt_ids) + 1)
+    mixed = read(engine)
+    assert len(engine.calls) == 1 and len(engine.calls[0]) == 2
+    assert all(len(p) < len(longest.prompt_ids) for p in engine.calls[0])
+    assert mixed[0] == pytest.approx(module[0], abs=1e-5)
+    for got, want in zip(mixed[1:], module[1:], strict=True):
+        assert got == pytest.approx([v + 5.0 for v in want], abs=1e-4)
+    assert flat(read(_Engine(tiny, 10_000))) == pytest.approx(flat(module, 5.0), abs=1e-4)
+    assert flat(read(_Engine(tiny, 10_000), on=False)) == pytest.approx(flat(module), abs=1e-5)
+    assert flat(read(_Engine(tiny, None))) == pytest.approx(flat(module), abs=1e-5)
+
+
 def test_batch_average_cut_distribution_by_hand() -> None:
     assert average_cut([[0.2, 0.8], [1.0], [0.1, 0.1, 0.8]]) == pytest.approx(
         [1.3 / 3, 0.9 / 3, 0.8 / 3]
