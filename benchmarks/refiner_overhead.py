@@ -7,7 +7,9 @@ Runs `searchrl train --config tiny_cpu_search_r2` from one warm start, one arm a
 on the same seed (so step 1 samples the same rollouts in every arm and, with the refiner on,
 reads and revises the same ones): `off` (Search-R1: refiner and joint rows off), `joint`
 (full Search-R2, every decision trained, the paper) and `joint@S` for each `--shares` S
-(`refiner.joint_share=S`). Probes and dynamic sampling are off, so a step is generation,
+(`refiner.joint_share=S`); with `--module-read` each refiner arm again as `module:ARM`,
+read by the trainer's module instead of the generation engine (`refiner.read_on_engine`).
+Probes and dynamic sampling are off, so a step is generation,
 the refiner (reading, then cutting and regenerating) and the update. `--margin` moves τ so a
 warm start that rarely revises still revises a share like the paper's (the cost of
 regenerating grows with it); the revision rate is in the table.
@@ -37,7 +39,10 @@ STAGES = {
 
 
 def arm_overrides(arm: str) -> list[str]:
-    """`off`, `joint`, `joint@S` → the overrides that make the arm."""
+    """`off`, `joint`, `joint@S`, and either refiner arm read by the trainer's module
+    (`module:joint@S`) → the overrides that make the arm."""
+    if arm.startswith("module:"):
+        return ["refiner.read_on_engine=false", *arm_overrides(arm.removeprefix("module:"))]
     if arm == "off":
         return ["refiner.enabled=false", "refiner.joint=false"]
     if arm == "joint":
@@ -46,9 +51,14 @@ def arm_overrides(arm: str) -> list[str]:
     return [f"refiner.joint_share={share}"]
 
 
+def arm_folder(arm: str) -> str:
+    """The arm's run folder under `--out`."""
+    return arm.replace("@", "-").replace(":", "-")
+
+
 def run_arm(args: argparse.Namespace, arm: str) -> Path:
     """Train the arm unless its metrics are complete; the arm's folder."""
-    folder = args.out / arm.replace("@", "-")
+    folder = args.out / arm_folder(arm)
     metrics = folder / "metrics.jsonl"
     if metrics.exists() and len(metrics.read_text().splitlines()) >= args.steps:
         print(f"{arm}: done before, kept", file=sys.stderr)
@@ -78,7 +88,7 @@ def table(out: Path, arms: list[str]) -> str:
     """The markdown table of the arms found under `out`."""
     rows: dict[str, list[dict[str, float]]] = {}
     for arm in arms:
-        path = out / arm.replace("@", "-") / "metrics.jsonl"
+        path = out / arm_folder(arm) / "metrics.jsonl"
         if path.exists():
             rows[arm] = [json.loads(line) for line in path.read_text().splitlines()]
     if "off" not in rows:
@@ -116,11 +126,15 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="G")
     parser.add_argument("--margin", type=float, default=0.0, help="τ")
     parser.add_argument("--shares", type=float, nargs="*", default=[0.25])
+    parser.add_argument("--module-read", action="store_true",
+                        help="also run each refiner arm read by the trainer's module, not the "
+                        "engine (`refiner.read_on_engine=false`)")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="extra override for every arm")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only print the table")
     args = parser.parse_args()
-    arms = ["off", "joint", *(f"joint@{s:g}" for s in args.shares)]
+    refined = ["joint", *(f"joint@{s:g}" for s in args.shares)]
+    arms = ["off", *refined, *(f"module:{arm}" for arm in refined if args.module_read)]
     if not args.summarize:
         if args.model is None or args.world is None:
             parser.error("--model and --world are needed to run the arms")
