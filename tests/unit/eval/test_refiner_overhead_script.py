@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from refiner_overhead import arm_overrides, table
+from refiner_overhead import arm_folder, arm_overrides, table
 
 
 def _write(folder: Path, rows: list[dict[str, float]]) -> None:
@@ -37,3 +37,8 @@ def test_arms_and_their_overrides() -> None:
     assert arm_overrides("off") == ["refiner.enabled=false", "refiner.joint=false"]
     assert arm_overrides("joint") == []
     assert arm_overrides("joint@0.25") == ["refiner.joint_share=0.25"]
+    assert arm_overrides("module:joint@0.25") == [
+        "refiner.read_on_engine=false",
+        "refiner.joint_share=0.25",
+    ]
+    assert arm_folder("module:joint@0.25") == "module-joint-0.25"
