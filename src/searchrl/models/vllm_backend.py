@@ -322,59 +322,11 @@ class VLLMBackend:
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
     ) -> list[list[float]]:
-        """log P(candidate | prompt), summed over the candidate's tokens, for every candidate of
-        every prompt (`candidates[i]` belongs to `prompts[i]`): the Meta-Refiner's reading on
-        the engine. Each context (a prompt, or a prompt plus the first tokens of a candidate)
-        is one request of one token that returns the log-probs of just the tokens scored
-        there (`logprob_token_ids`, under temperature 1 and no top-p, so the model's own).
-        The bare prompts go first, so that the contexts past them (a candidate's first token,
-        for its end-of-turn) find the prompt's KV blocks in the prefix cache and prefill only
-        what lies past the last full block."""
-        wanted: dict[tuple[int, tuple[int, ...]], set[int]] = {}
-        for row, cands in enumerate(candidates):
-            for cand in cands:
-                for j, token in enumerate(cand):
-                    wanted.setdefault((row, tuple(cand[:j])), set()).add(int(token))
-        found: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}
-        first = [key for key in wanted if not key[1]]
-        for wave in (first, [key for key in wanted if key[1]]):
-            found.update(self._next_token_logprobs(prompts, wave, wanted))
-        return [
-            [sum(found[(row, tuple(c[:j]))][int(c[j])] for j in range(len(c))) for c in cands]
-            for row, cands in enumerate(candidates)
-        ]
+        """log P(candidate | prompt) for every candidate of every prompt, on this engine (the
+        Meta-Refiner's reading; `vllm_scoring.candidate_logprobs`)."""
+        from searchrl.models.vllm_scoring import candidate_logprobs
 
-    def _next_token_logprobs(
-        self,
-        prompts: Sequence[Sequence[int]],
-        keys: list[tuple[int, tuple[int, ...]]],
-        wanted: dict[tuple[int, tuple[int, ...]], set[int]],
-    ) -> dict[tuple[int, tuple[int, ...]], dict[int, float]]:
-        """One engine call: for each (prompt row, continuation) key, the log-probs of its
-        wanted next tokens after the prompt and that continuation."""
-        if not keys:
-            return {}
-        vllm = _vllm()
-        from vllm.inputs import TokensPrompt
-
-        requests = [TokensPrompt(prompt_token_ids=[*prompts[row], *tail]) for row, tail in keys]
-        params = [
-            vllm.SamplingParams(
-                n=1,
-                temperature=1.0,
-                top_p=1.0,
-                max_tokens=1,
-                logprob_token_ids=sorted(wanted[key]),
-                detokenize=False,
-            )
-            for key in keys
-        ]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        found = {}
-        for key, output in zip(keys, outputs, strict=True):
-            step = output.outputs[0].logprobs[0]
-            found[key] = {token: float(step[token].logprob) for token in wanted[key]}
-        return found
+        return candidate_logprobs(self.llm, prompts, candidates)
 
     def _convert(self, completion: Any) -> Generation:
         token_ids = list(completion.token_ids)

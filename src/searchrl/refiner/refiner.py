@@ -179,12 +179,14 @@ class MetaRefiner:
         engine = getattr(self.backend, "score", None) if self.config.read_on_engine else None
         limit = getattr(self.backend, "max_model_len", None) or 0
         fits = [len(p) + max(map(len, c)) <= limit for p, c in zip(prompts, cands, strict=True)]
-        on_engine = [i for i, fit in enumerate(fits) if fit] if callable(engine) else []
+        if not callable(engine):
+            fits = [False] * len(prompts)
+        on_engine = [i for i, fit in enumerate(fits) if fit]
+        rest = [i for i, fit in enumerate(fits) if not fit]
         if on_engine:
             read = engine([prompts[i] for i in on_engine], [cands[i] for i in on_engine])
             for i, logp in zip(on_engine, read, strict=True):
                 scores[i] = logp
-        rest = sorted(set(range(len(prompts))) - set(on_engine))
         if rest:
             device = next(self.model.parameters()).device
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
