@@ -75,7 +75,7 @@ def sft(config: ConfigOption, out: OutOption, force: ForceOption = False,
     settings = load_config(SFTConfig, resolve_preset(config), overrides or [])
     check_sources(settings.data, settings.policy)
     check_output(out, force=force, kind="directory")
-    from searchrl.train.run import sft as run_sft
+    from searchrl.train.run_sft import sft as run_sft
 
     result = run_sft(settings, out)
     typer.echo(f"done: {out / 'model'} { ({k: round(v, 4) for k, v in result.items()}) }")

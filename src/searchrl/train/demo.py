@@ -24,7 +24,8 @@ from searchrl.data.benchmarks import load_flashrag_jsonl
 from searchrl.data.world import generate_world, write_world
 from searchrl.eval.stats import mean_ci, paired_test
 from searchrl.report import write_report
-from searchrl.train.run import sft, train
+from searchrl.train.run import train
+from searchrl.train.run_sft import sft
 
 COLUMNS = (
     ("EM", "val/em"),

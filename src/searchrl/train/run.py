@@ -7,11 +7,12 @@ run, and write the run folder:
     DIR/checkpoints/step_N/    exact-resume checkpoints (atomic; `LATEST` names the newest)
     DIR/trajectories/          each step's rollouts and each evaluation's trajectories
     DIR/model/                 the final policy as a plain HF directory (+ tokenizer)
+
+`searchrl sft` lives in `train.run_sft` and shares this module's set-up helpers.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,6 @@ from rich.progress import (
 
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
-from searchrl.config.sft import SFTConfig
 from searchrl.config.train import PolicyConfig, TrainConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner import MetaRefiner
@@ -49,19 +49,10 @@ from searchrl.train.environment import (
     make_rollout_fn,
 )
 from searchrl.train.loop import Trainer
-from searchrl.train.meta_sft import meta_report, warm_start_meta
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
 from searchrl.train.ports import Distributed
-from searchrl.train.sft import (
-    baseline_examples,
-    reference_trajectory,
-    rejection_sample,
-    run_sft,
-    sft_step_count,
-    solved_references,
-)
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import LineProgress
 from searchrl.utils.progress import progress_bar as progress_bar_eta
@@ -329,73 +320,3 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     elif main:
         export_model(policy, tokenizer, out_dir / "model")
     return metrics
-
-
-def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, float]:
-    """Warm start (or baseline): SFT on reference or rejection-sampled trajectories; writes
-    `DIR/model`, `DIR/metrics.jsonl` and `DIR/config.yaml`. Returns the last step's stats
-    plus how many trajectories were used."""
-    set_threads(config.policy.torch_threads)
-    seed_everything(config.seed)
-    write_config(config, out_dir)
-    env = build_environment(config.data, out_dir)
-    policy, tokenizer = load_policy(config.model, config.policy)
-    use_chat = config.rollout.use_chat_template
-    if config.source in ("references", "direct", "rag"):
-        refs = solved_references(env.references(config.data.train_split))
-        random.Random(config.seed).shuffle(refs)
-        refs = refs[: config.max_examples]  # the same questions whatever the format
-        if config.source == "references":
-            examples = [reference_trajectory(r, tokenizer, use_chat) for r in refs]
-        else:
-            examples = baseline_examples(
-                refs, config.source, tokenizer, use_chat, env.retriever, config.rollout.topk
-            )
-    else:
-        backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
-        rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
-        pool = env.questions(config.data.train_split)[: config.max_examples]
-        examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
-    writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
-    pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
-    bf16 = use_bf16(config.policy.autocast, policy)
-    done = 0
-    history: list[dict[str, float]] = []
-
-    def train_phase(
-        examples: list[Trajectory], weights: list[float], phase: SFTConfig, prefix: str
-    ) -> None:
-        nonlocal done
-        total = sft_step_count(len(examples), phase)
-        label = "SFT" if prefix == "sft" else "meta SFT"
-        with progress_bar(progress, total, 0, label) as bar:
-
-            def log(step: int, stats: dict[str, float]) -> None:
-                named = {k.replace("sft/", f"{prefix}/"): v for k, v in stats.items()}
-                writer.write(done + step, named)
-                history.append(named)
-                if bar is not None:
-                    loss, speed = stats["sft/loss"], stats["sft/tokens_per_s"]
-                    description = f"loss={loss:.3f} · {speed:.0f} tokens/s"
-                    bar.update(bar.task_ids[0], completed=step, description=description)
-
-            run_sft(policy, examples, pad_id, phase, bf16, log, weights)
-        done += total
-
-    result: dict[str, float] = {}
-    meta = bool(config.meta_examples or config.meta_rollouts or config.meta_rollouts_from)
-    held_out: list[tuple[Trajectory, int]] = []
-    if meta:
-        result, held_out = warm_start_meta(
-            config, env, policy, tokenizer, examples, train_phase, out_dir
-        )
-    else:
-        train_phase(examples, [1.0] * len(examples), config, "sft")
-    writer.close()
-    export_model(policy, tokenizer, out_dir / "model")
-    if meta:
-        result.update(meta_report(config, env, policy, tokenizer, held_out, out_dir))
-    actor = [h for h in history if "sft/loss" in h]
-    result = {**(actor[-1] if actor else {}), "sft/examples": float(len(examples)), **result}
-    (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
-    return result
