@@ -1,0 +1,219 @@
+"""What a cut is worth: regenerate held-out transcripts from every step, then weigh the rewards
+by each cut policy's distribution. The trimmer's skill (S_trim) measured off-line, on many
+transcripts at once, where a training step measures it on the few it revised.
+
+    python benchmarks/trim_skill.py --run runs/sft --out runs/trim_skill --samples 4
+    python benchmarks/trim_skill.py --run runs/sft --model runs/r2/model --out runs/trim_r2
+
+Reads the labelled own rollouts a `searchrl sft ... meta_rollouts=N` run kept (by default the
+final model's, `meta_final_held_out.jsonl`: what RL from that warm start reads; the flawed ones
+unless `--all`). The model reads each under the meta prompt on vLLM (π_h, as in training); each
+transcript with T steps is cut before every step k = 1..T and regenerated `--samples` times at
+the run's rollout settings (one seed per sample), so Ĝ_k(y) is the mean EM of regenerating y
+from k. Every cut policy's expected reward is then Σ_k π(k | y) Ĝ_k(y), with no cut drawn:
+
+| policy | π(k · y) |
+|---|---|
+| trimmer (drawn) | π_h(k · y), the cut training draws |
+| trimmer (argmax) | its argmax, the cut evaluation takes |
+| batch-average | π̄(k), the set's mean of π_h restricted to 1..T: S_trim's no-skill baseline |
+| uniform | 1/T, the random-cut arm (`refiner.trimmer=random`) |
+| first step | k = 1: a new rollout from scratch |
+| oracle | the world oracle's earliest flawed step (flawed transcripts): a perfect trimmer |
+
+S_trim = trimmer (drawn) − batch-average = mean_y Σ_k (π_h(k · y) − π̄(k)) Ĝ_k(y), the paper's
+Σ_k Cov(π_h(k), G_k). The table gives each policy's mean and its paired difference from the
+batch-average and the uniform cut with a bootstrap 95 % interval over transcripts. Each sample's
+regenerations are written to `--out` as they finish; a rerun reads them back and goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from searchrl.config.loading import load_config
+from searchrl.config.model import ModelConfig
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import PolicyConfig
+from searchrl.refiner.meta import Reading, average_cut
+from searchrl.refiner.refiner import MetaRefiner
+from searchrl.refiner.steps import cut_before
+from searchrl.retrieval.bm25 import BM25Retriever
+from searchrl.retrieval.corpus import read_corpus
+from searchrl.rollout.loop import run_rollouts
+from searchrl.rollout.sampler import row_seed
+from searchrl.train.environment import load_policy
+from searchrl.types import Question, Trajectory
+from searchrl.utils.progress import LineProgress
+
+ENGINE_CONTEXT = 4096
+"""Tokens of context the engine takes (meta prompts and regenerations both fit)."""
+CHUNK = 32
+"""Regenerations per batched rollout call (the progress line advances per chunk)."""
+Policy = Callable[[Reading, int, list[float]], list[float]]
+
+
+def policies() -> dict[str, Policy]:
+    """Cut policy → π(k | y) for k = 1..T from (reading, oracle label, batch-average π̄)."""
+
+    def argmax(reading: Reading, _: int, __: list[float]) -> list[float]:
+        return one_hot(reading.cut(None), reading.steps)
+
+    def average(reading: Reading, _: int, mean: list[float]) -> list[float]:
+        head = mean[: reading.steps]
+        return [p / sum(head) for p in head]
+
+    return {
+        "trimmer (drawn)": lambda reading, _, __: reading.trimmer(),
+        "trimmer (argmax)": argmax,
+        "batch-average": average,
+        "uniform": lambda reading, _, __: [1.0 / reading.steps] * reading.steps,
+        "first step": lambda reading, _, __: one_hot(1, reading.steps),
+        "oracle": lambda reading, label, __: one_hot(label, reading.steps) if label else [],
+    }
+
+
+def one_hot(k: int, steps: int) -> list[float]:
+    """π with all mass on step k of 1..steps."""
+    return [1.0 if j == k else 0.0 for j in range(1, steps + 1)]
+
+
+def labelled(path: Path, flawed_only: bool) -> list[tuple[Trajectory, int]]:
+    """A kept rollout file's trajectories with their oracle labels (`metrics.flaw_step`)."""
+    rows = [Trajectory.from_json(json.loads(line)) for line in path.open() if line.strip()]
+    pairs = [(t, int(t.metrics["flaw_step"])) for t in rows]
+    return [(t, y) for t, y in pairs if y > 0 or not flawed_only]
+
+
+def regenerate(
+    engine: object, tokenizer: object, retriever: BM25Retriever, config: SFTConfig,
+    jobs: list[tuple[Trajectory, int]], seed: int, done: Callable[[int], None],
+) -> list[float]:  # fmt: skip
+    """EM of each (transcript, k) regenerated from step k with `seed`, in chunks."""
+    ems: list[float] = []
+    for start in range(0, len(jobs), CHUNK):
+        chunk = jobs[start : start + CHUNK]
+        starts = [cut_before(t, k) for t, k in chunk]
+        questions = [
+            Question(uid=t.uid or t.id, question=t.question, golden_answers=tuple(t.golden_answers))
+            for t in starts
+        ]
+        out = run_rollouts(
+            engine,  # type: ignore[arg-type]
+            tokenizer,
+            retriever,
+            questions,
+            config.rollout,
+            prefixes=starts,
+            seed=seed,
+        )
+        ems += [float(t.metrics.get("em", 0.0)) for t in out]
+        done(len(chunk))
+    return ems
+
+
+def bootstrap(diffs: Sequence[float], draws: int = 2000) -> tuple[float, float]:
+    """95 % percentile interval of the mean of `diffs` (seeded)."""
+    values = np.asarray(diffs)
+    rng = np.random.default_rng(0)
+    means = values[rng.integers(0, len(values), (draws, len(values)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def table(readings: list[Reading], labels: list[int], gains: list[list[float]]) -> list[str]:
+    """One row per policy: mean expected EM, and paired differences with intervals."""
+    mean = average_cut([r.trimmer() for r in readings])
+    value: dict[str, list[float | None]] = {}
+    for name, policy in policies().items():
+        value[name] = []
+        for reading, label, g in zip(readings, labels, gains, strict=True):
+            pi = policy(reading, label, mean)
+            value[name].append(sum(p * x for p, x in zip(pi, g, strict=True)) if pi else None)
+    lines = [
+        "| cut policy | transcripts | expected EM | − batch-average (95 %) | − uniform (95 %) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, values in value.items():
+        kept = [i for i, v in enumerate(values) if v is not None]
+        if not kept:
+            continue
+        cells = [f"{np.mean([values[i] for i in kept]):.3f}"]
+        for base in ("batch-average", "uniform"):
+            diffs = [values[i] - value[base][i] for i in kept]  # type: ignore[operator]
+            low, high = bootstrap(diffs)
+            cells.append(f"{np.mean(diffs):+.3f} ({low:+.3f}, {high:+.3f})")
+        lines.append(f"| {name} | {len(kept)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="the `searchrl sft` run folder")
+    parser.add_argument("--model", default="", help="the model that reads and regenerates "
+                        "(default: the run's own `model`)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True, help="where regenerations are kept")
+    parser.add_argument("--set", default="meta_final_held_out", help="kept rollout file's name")
+    parser.add_argument("--all", action="store_true", help="clean transcripts too")
+    parser.add_argument("--samples", type=int, default=4, help="regenerations per (y, k)")
+    parser.add_argument("--limit", type=int, default=0, help="transcripts (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = load_config(SFTConfig, args.run / "config.yaml")
+    pairs = labelled(args.run / "trajectories" / f"{args.set}.jsonl", not args.all)
+    pairs = [(t, y) for t, y in pairs if t.segments][: args.limit or None]
+    model_dir = args.model or str(args.run / "model")
+    module, tokenizer = load_policy(ModelConfig(name_or_path=model_dir), PolicyConfig())
+    from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
+
+    model_config = ModelConfig()
+    dtype = engine_dtype(model_config, torch.device("cpu"))
+    engine = VLLMBackend.from_module(
+        module, tokenizer, model_config, dtype=dtype, max_model_len=ENGINE_CONTEXT
+    )
+    pad = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
+    refiner = MetaRefiner(module, tokenizer, engine, None, config.rollout, RefinerConfig(), pad)  # type: ignore[arg-type]
+    read = refiner.read([t for t, _ in pairs])
+    kept = [(t, y, r) for (t, y), r in zip(pairs, read, strict=True) if r is not None]
+    jobs = [(t, k) for t, _, r in kept for k in range(1, r.steps + 1)]
+    world = Path(config.data.world_dir or args.run / "world")
+    retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    progress = LineProgress("regenerations", len(jobs) * args.samples)
+    totals = [0.0] * len(jobs)
+    for sample in range(args.samples):
+        path = args.out / f"{args.set}_s{sample}.json"
+        if path.is_file() and len(ems := json.loads(path.read_text())) == len(jobs):
+            progress.update(advance=len(jobs))
+        else:
+            seed = row_seed(args.seed, "trim-skill", sample) % (2**31)
+            ems = regenerate(
+                engine, tokenizer, retriever, config, jobs, seed,
+                lambda n: progress.update(advance=n),
+            )  # fmt: skip
+            path.write_text(json.dumps(ems))
+        totals = [a + b for a, b in zip(totals, ems, strict=True)]
+    engine.close()
+    means = iter(total / args.samples for total in totals)
+    gains = [[next(means) for _ in range(r.steps)] for _, _, r in kept]
+    flawed = sum(y > 0 for _, y, _ in kept)
+    print(f"{args.set}: {len(kept)} transcripts ({flawed} flawed), {len(jobs)} cuts, "
+          f"{args.samples} regenerations each, model {model_dir}")  # fmt: skip
+    print(
+        f"EM of the transcripts as generated: {np.mean([t.metrics['em'] for t, _, _ in kept]):.3f}"
+    )
+    lines = table([r for _, _, r in kept], [y for _, y, _ in kept], gains)
+    print("\n".join(lines))
+    (args.out / f"{args.set}_table.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""`benchmarks/trim_skill.py` weighs every cut's regenerated reward by each cut policy: the
+trimmer's, its argmax, the batch-average cut (S_trim's baseline), the uniform cut (the
+random-cut arm), the first step and the oracle's flaw step."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+from searchrl.refiner.meta import Reading
+from trim_skill import table
+
+
+def _reading(probs: list[float]) -> Reading:
+    """A reading with P(answer k) = probs[k], k = 0..T."""
+    return Reading("", [], [[k] for k in range(len(probs))], [math.log(p) for p in probs])
+
+
+def _cells(lines: list[str]) -> dict[str, list[str]]:
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_each_policy_is_the_expected_reward_of_its_cut_distribution() -> None:
+    # π_h = (0.8, 0.2) and (0.2, 0.8); the batch-average cut is (0.5, 0.5). The first
+    # transcript only comes right when cut at step 1, the second at step 2: a trimmer that
+    # leans the right way each time earns 0.8 where cutting where it cuts on average earns 0.5
+    # (S_trim = Σ_k Cov(π_h(k), G_k) = +0.3), and a constant cut at step 1 earns 0.5.
+    readings = [_reading([0.5, 0.4, 0.1]), _reading([0.5, 0.1, 0.4]), _reading([0.9, 0.05, 0.05])]
+    labels = [1, 2, 0]
+    gains = [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+    cells = _cells(table(readings, labels, gains))
+    assert cells["trimmer (drawn)"][:3] == ["3", f"{1.6 / 3:.3f}", "+0.200 (+0.000, +0.300)"]
+    assert cells["trimmer (drawn)"][3].startswith("+0.200")  # uniform = batch-average here
+    assert cells["trimmer (argmax)"][1] == f"{2 / 3:.3f}"
+    assert cells["batch-average"][1:3] == [f"{1 / 3:.3f}", "+0.000 (+0.000, +0.000)"]
+    assert cells["uniform"][1] == f"{1 / 3:.3f}"
+    assert cells["first step"][1] == f"{1 / 3:.3f}"
+    # the oracle cuts the flawed ones only, both where they come right
+    assert cells["oracle"][:2] == ["2", "1.000"]
+    assert cells["oracle"][2].startswith("+0.500")
+
+
+def test_the_batch_average_is_taken_over_the_set_and_cut_to_each_length() -> None:
+    # T = 3 cutting at step 3, T = 1 at step 1: π̄ = (0.5, 0, 0.5) over the set, each
+    # transcript's share of it restricted to its own 1..T and renormalised
+    readings = [_reading([0.5, 1e-9, 1e-9, 0.5]), _reading([0.5, 0.5])]
+    gains = [[0.0, 0.0, 1.0], [1.0]]
+    cells = _cells(table(readings, [3, 1], gains))
+    # the first transcript's average cut earns 0.5, the second's 1.0
+    assert cells["batch-average"][1] == "0.750"
+    assert cells["trimmer (drawn)"][1] == "1.000"
+    assert cells["uniform"][1] == f"{(1 / 3 + 1.0) / 2:.3f}"
