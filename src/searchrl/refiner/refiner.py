@@ -266,7 +266,9 @@ class MetaRefiner:
         self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
     ) -> int:
         """The trimmer (`config.trimmer`): π_h drawn with a seed per trajectory and round (its
-        argmax when `greedy`), or a uniformly random step, seeded even when greedy."""
+        argmax when `greedy`), a uniformly random step, seeded even when greedy, or step 1."""
+        if self.config.trimmer == "first":
+            return 1
         if self.config.trimmer == "random":
             rng = random.Random(row_seed(seed, f"random-trim:{traj.id}", round_index))
             return rng.randint(1, reading.steps)
@@ -274,7 +276,10 @@ class MetaRefiner:
         return reading.cut(rng)
 
     def cut_distribution(self, reading: Reading) -> list[float]:
-        """π_h(k), k = 1..T, of the configured trimmer (uniform for `random`)."""
+        """π_h(k), k = 1..T, of the configured trimmer (uniform for `random`, all on step 1
+        for `first`)."""
+        if self.config.trimmer == "first":
+            return [1.0] + [0.0] * (reading.steps - 1)
         if self.config.trimmer == "random":
             return [1.0 / reading.steps] * reading.steps
         return reading.trimmer()

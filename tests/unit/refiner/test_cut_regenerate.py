@@ -227,6 +227,38 @@ def test_random_trimmer_is_uniform_and_seeded(
     assert cuts == [refiner.trim(traj, reading, seed, 0, greedy=True) for seed in range(300)]
 
 
+def test_first_step_trimmer_rejects_and_resamples_the_whole_trajectory(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`trimmer: first` cuts at step 1 whatever the model reads: nothing of the rejected
+    trajectory is kept, every turn is generated again, and the decision recorded (and trained
+    under joint optimization) is the answer "1"."""
+    backend, retriever, traj = setup
+    original = Trajectory.from_json(traj.to_json())
+    config = RefinerConfig(
+        enabled=True, margin=-100.0, trimmer="first", probe_share=0.0, random_cut_probe=False
+    )
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    (reading,) = refiner.read([traj])
+    assert reading is not None and refiner.cut_distribution(reading) == [1.0, 0.0, 0.0]
+    assert {refiner.trim(traj, reading, seed, 0, greedy=False) for seed in range(50)} == {1}
+    calls_before = len(backend.calls)
+    (final,) = refiner.refine([traj], seed=3, greedy=False).final
+    record = final.refinement
+    assert record is not None and record.revised and record.cut_step == 1
+    assert record.prefix_segments == 0 and final.prompt_ids == original.prompt_ids
+    regenerated = [g for call in backend.calls[calls_before:] for g in call]
+    assert [s.token_ids for s in final.segments if s.role == "policy"] == [
+        g.token_ids for g in regenerated
+    ]
+    assert len(regenerated) == 3 and final.answer != original.answer
+    assert final.loss_mask() == _mask_from_ids(final)
+    assert record.decisions[0].decision.token_ids == [
+        *tokenizer.encode("1", add_special_tokens=False),
+        tokenizer.eos_token_id,
+    ]
+
+
 def test_baseline_cut_follows_the_trimmers_average_distribution(
     setup: tuple,
     tiny: torch.nn.Module,
