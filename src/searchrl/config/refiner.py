@@ -62,10 +62,10 @@ class RefinerConfig:
     trimmer: Literal["model", "random", "first"] = "model"
     """Where to cut: `model` (π_h over the valid steps, the paper), `random`, a uniformly
     random step 1..T (seeded; the random-cut baseline), or `first`, always step 1: reject and
-    resample the whole trajectory, a baseline the paper does not run. On the tour's world a
-    new rollout answered flawed transcripts as well as cutting at the oracle's flaw step
-    (0.56 against 0.49, `benchmarks/trim_skill.py`, docs/search_r2.md), so this arm tells the
-    discriminator's share of the refiner's gain from the trimmer's."""
+    resample the whole trajectory, a baseline the paper does not run. It tells the
+    discriminator's share of the refiner's gain from the trimmer's: on the tour's world even
+    the oracle's flaw step earned only ~5 points of EM over the trimmer's average cut, and a
+    new rollout came within 0.08 of it (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
