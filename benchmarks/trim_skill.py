@@ -31,26 +31,27 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from read_precision import labelled
 from searchrl.config.loading import load_config
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import PolicyConfig
+from searchrl.eval.stats import mean_ci
 from searchrl.refiner.meta import Reading, average_cut
 from searchrl.refiner.refiner import MetaRefiner
 from searchrl.refiner.steps import cut_before
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.corpus import read_corpus
-from searchrl.rollout.loop import run_rollouts
 from searchrl.rollout.sampler import row_seed
 from searchrl.train.environment import load_policy
-from searchrl.types import Question, Trajectory
+from searchrl.types import Trajectory
 from searchrl.utils.progress import LineProgress
 
 ENGINE_CONTEXT = 4096
@@ -85,46 +86,17 @@ def one_hot(k: int, steps: int) -> list[float]:
     return [1.0 if j == k else 0.0 for j in range(1, steps + 1)]
 
 
-def labelled(path: Path, flawed_only: bool) -> list[tuple[Trajectory, int]]:
-    """A kept rollout file's trajectories with their oracle labels (`metrics.flaw_step`)."""
-    rows = [Trajectory.from_json(json.loads(line)) for line in path.open() if line.strip()]
-    pairs = [(t, int(t.metrics["flaw_step"])) for t in rows]
-    return [(t, y) for t, y in pairs if y > 0 or not flawed_only]
-
-
 def regenerate(
-    engine: object, tokenizer: object, retriever: BM25Retriever, config: SFTConfig,
-    jobs: list[tuple[Trajectory, int]], seed: int, done: Callable[[int], None],
-) -> list[float]:  # fmt: skip
+    refiner: MetaRefiner, jobs: list[tuple[Trajectory, int]], seed: int, done: Callable[[int], None]
+) -> list[float]:
     """EM of each (transcript, k) regenerated from step k with `seed`, in chunks."""
     ems: list[float] = []
     for start in range(0, len(jobs), CHUNK):
         chunk = jobs[start : start + CHUNK]
-        starts = [cut_before(t, k) for t, k in chunk]
-        questions = [
-            Question(uid=t.uid or t.id, question=t.question, golden_answers=tuple(t.golden_answers))
-            for t in starts
-        ]
-        out = run_rollouts(
-            engine,  # type: ignore[arg-type]
-            tokenizer,
-            retriever,
-            questions,
-            config.rollout,
-            prefixes=starts,
-            seed=seed,
-        )
+        out = refiner.regenerate([cut_before(t, k) for t, k in chunk], seed)
         ems += [float(t.metrics.get("em", 0.0)) for t in out]
         done(len(chunk))
     return ems
-
-
-def bootstrap(diffs: Sequence[float], draws: int = 2000) -> tuple[float, float]:
-    """95 % percentile interval of the mean of `diffs` (seeded)."""
-    values = np.asarray(diffs)
-    rng = np.random.default_rng(0)
-    means = values[rng.integers(0, len(values), (draws, len(values)))].mean(1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def table(readings: list[Reading], labels: list[int], gains: list[list[float]]) -> list[str]:
@@ -147,8 +119,8 @@ def table(readings: list[Reading], labels: list[int], gains: list[list[float]]) 
         cells = [f"{np.mean([values[i] for i in kept]):.3f}"]
         for base in ("batch-average", "uniform"):
             diffs = [values[i] - value[base][i] for i in kept]  # type: ignore[operator]
-            low, high = bootstrap(diffs)
-            cells.append(f"{np.mean(diffs):+.3f} ({low:+.3f}, {high:+.3f})")
+            est = mean_ci(diffs, resamples=2000, confidence=0.95, seed=0)
+            cells.append(f"{est.mean:+.3f} ({est.low:+.3f}, {est.high:+.3f})")
         lines.append(f"| {name} | {len(kept)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -168,8 +140,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(SFTConfig, args.run / "config.yaml")
-    pairs = labelled(args.run / "trajectories" / f"{args.set}.jsonl", not args.all)
-    pairs = [(t, y) for t, y in pairs if t.segments][: args.limit or None]
+    pairs = labelled(args.run / "trajectories" / f"{args.set}.jsonl")
+    pairs = [(t, y) for t, y in pairs if t.segments and (y > 0 or args.all)][: args.limit or None]
     model_dir = args.model or str(args.run / "model")
     module, tokenizer = load_policy(ModelConfig(name_or_path=model_dir), PolicyConfig())
     from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
@@ -180,12 +152,14 @@ def main() -> None:
         module, tokenizer, model_config, dtype=dtype, max_model_len=ENGINE_CONTEXT
     )
     pad = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
-    refiner = MetaRefiner(module, tokenizer, engine, None, config.rollout, RefinerConfig(), pad)  # type: ignore[arg-type]
+    world = Path(config.data.world_dir or args.run / "world")
+    retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
+    refiner = MetaRefiner(
+        module, tokenizer, engine, retriever, config.rollout, RefinerConfig(), pad
+    )
     read = refiner.read([t for t, _ in pairs])
     kept = [(t, y, r) for (t, y), r in zip(pairs, read, strict=True) if r is not None]
     jobs = [(t, k) for t, _, r in kept for k in range(1, r.steps + 1)]
-    world = Path(config.data.world_dir or args.run / "world")
-    retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
     args.out.mkdir(parents=True, exist_ok=True)
     progress = LineProgress("regenerations", len(jobs) * args.samples)
     totals = [0.0] * len(jobs)
@@ -195,10 +169,7 @@ def main() -> None:
             progress.update(advance=len(jobs))
         else:
             seed = row_seed(args.seed, "trim-skill", sample) % (2**31)
-            ems = regenerate(
-                engine, tokenizer, retriever, config, jobs, seed,
-                lambda n: progress.update(advance=n),
-            )  # fmt: skip
+            ems = regenerate(refiner, jobs, seed, lambda n: progress.update(advance=n))
             path.write_text(json.dumps(ems))
         totals = [a + b for a, b in zip(totals, ems, strict=True)]
     engine.close()

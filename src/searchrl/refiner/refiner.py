@@ -235,7 +235,7 @@ class MetaRefiner:
             if not cuts:
                 break
             starts = [cut_before(final[i], k) for i, k in cuts]
-            regenerated = self._regenerate(starts, regeneration_seed(seed, round_index))
+            regenerated = self.regenerate(starts, regeneration_seed(seed, round_index))
             for (i, k), start, new in zip(cuts, starts, regenerated, strict=True):
                 record = final[i].refinement
                 assert record is not None
@@ -310,7 +310,7 @@ class MetaRefiner:
         if first:
             traj.refinement.log_odds = reading.score
 
-    def _regenerate(self, starts: list[Trajectory], seed: int) -> list[Trajectory]:
+    def regenerate(self, starts: list[Trajectory], seed: int) -> list[Trajectory]:
         """Continue each start with the Actor (one batched rollout, kept ids)."""
         if not starts:
             return []
@@ -349,7 +349,7 @@ class MetaRefiner:
             for i in sorted([*outcome.trims, *outcome.probed]):
                 k = draw_step(average[: readings[i].steps], picker)
                 jobs.append(("random", i, cut_before(outcome.originals[i], k)))
-        regenerated = self._regenerate([start for _, _, start in jobs], regen_seed)
+        regenerated = self.regenerate([start for _, _, start in jobs], regen_seed)
         for (kind, i, _), traj in zip(jobs, regenerated, strict=True):
             (outcome.trims if kind == "trim" else outcome.random_cuts)[i] = traj
         outcome.probe_s = time.perf_counter() - started
