@@ -1,0 +1,184 @@
+"""The refiner's quality gate on the Actor RL starts from, with enough flawed transcripts to
+read a trimmer's accuracy: each held-out question rolled out several times.
+
+    python benchmarks/refiner_gate.py --run runs/sft --out runs/gate --samples 4
+    python benchmarks/refiner_gate.py --run runs/sft --model runs/r2/model --out runs/gate_r2
+
+A `searchrl sft ... meta_rollouts=N` run reports the gate (`meta/final/*`) on one rollout per
+held-out question; a strong Actor flaws few of them (19 of 100 after a second meta round), so
+its trimmer accuracy rests on a handful and its ROC-AUC has a wide interval. This script rolls
+the same held-out questions (`data.eval_split`, the run's world and rollout settings) out
+`--samples` times with the model (sample s with seed `seed + 1 + s`: sample 0 is the run's
+own `meta_final_held_out` draw), labels every rollout with the world's oracle (the earliest
+step whose search missed its hop's passage, else the answer step when wrong), and reads each
+under the meta prompt as RL reads it (the module, bf16 where `policy.autocast` turns it on).
+
+Prints the gate: ROC-AUC of the raw log-odds (the RL default) and of the calibrated score,
+the step count's own ROC-AUC (what a refiner that only counts steps would score), the mean
+ROC-AUC within each step count, the revision rate at τ = 0, and the trimmer's exact step
+next to the best constant step. Intervals are percentile-bootstrap 95 % over questions (a
+question's rollouts are resampled together: they are not independent). Rollouts are kept in
+`--out` per sample (`held_out_s{s}.jsonl`, labels in `metrics.flaw_step`) and read back by a
+rerun; readings go to `readings.jsonl` and the table to `gate.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from read_precision import labelled
+from searchrl.config.loading import load_config
+from searchrl.config.refiner import RefinerConfig
+from searchrl.config.sft import SFTConfig
+from searchrl.refiner.labelled import roc_auc
+from searchrl.refiner.meta import Reading
+from searchrl.refiner.refiner import MetaRefiner
+from searchrl.train.environment import build_environment, load_policy
+from searchrl.train.meta_sft import labelled_rollouts
+from searchrl.train.metrics import save_trajectories
+from searchrl.train.models import use_bf16
+from searchrl.train.run import set_threads
+from searchrl.types import Trajectory
+
+Row = tuple[str, Reading, int]
+"""(question uid, reading, oracle label: 0 clean, k the earliest flawed step)."""
+
+
+def trimmer_exact(rows: Sequence[Row]) -> float:
+    """Share of the flawed transcripts whose argmax cut is the oracle's step."""
+    flawed = [(r, y) for _, r, y in rows if y > 0]
+    return sum(r.cut(None) == y for r, y in flawed) / len(flawed) if flawed else float("nan")
+
+
+def best_constant(rows: Sequence[Row]) -> tuple[int, float]:
+    """The fixed step k that would match the most oracle labels, and its share."""
+    labels = [y for _, _, y in rows if y > 0]
+    if not labels:
+        return 0, float("nan")
+    k = max(set(labels), key=labels.count)
+    return k, labels.count(k) / len(labels)
+
+
+def within_steps(rows: Sequence[Row]) -> float:
+    """Mean ROC-AUC of the raw log-odds within each step count T that has both classes,
+    weighted by transcripts: what the reading knows beyond how long a transcript is."""
+    total, weight = 0.0, 0
+    for steps in sorted({r.steps for _, r, _ in rows}):
+        part = [(r.log_odds, y > 0) for _, r, y in rows if r.steps == steps]
+        auc = roc_auc([s for s, _ in part], [p for _, p in part])
+        if not np.isnan(auc):
+            total, weight = total + auc * len(part), weight + len(part)
+    return total / weight if weight else float("nan")
+
+
+def auc_of(score: Callable[[Reading], float]) -> Callable[[Sequence[Row]], float]:
+    """ROC-AUC of `score` for the flawed class over rows."""
+    return lambda rows: roc_auc([score(r) for _, r, _ in rows], [y > 0 for *_, y in rows])
+
+
+STATS: dict[str, Callable[[Sequence[Row]], float]] = {
+    "ROC-AUC raw": auc_of(lambda r: r.log_odds),
+    "ROC-AUC calibrated": auc_of(lambda r: r.score),
+    "ROC-AUC within each step count": within_steps,
+    "ROC-AUC of the step count alone": auc_of(lambda r: float(r.steps)),
+    "revised at τ = 0 (raw)": lambda rows: float(np.mean([r.log_odds > 0 for _, r, _ in rows])),
+    "trimmer exact step": trimmer_exact,
+    "best constant step": lambda rows: best_constant(rows)[1],
+}
+"""Gate statistics over (uid, reading, label) rows."""
+
+
+def clustered_ci(
+    rows: Sequence[Row], stat: Callable[[Sequence[Row]], float], resamples: int, seed: int
+) -> tuple[float, float]:
+    """Percentile-bootstrap 95 % interval of `stat`, resampling questions (all of a question's
+    rollouts together)."""
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row[0], []).append(row)
+    keys = list(groups)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        drawn = [row for i in rng.integers(0, len(keys), len(keys)) for row in groups[keys[i]]]
+        value = stat(drawn)
+        if not np.isnan(value):
+            values.append(value)
+    if not values:
+        return float("nan"), float("nan")
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> list[str]:
+    """The gate as a markdown table: each statistic with its question-clustered interval."""
+    flawed = sum(y > 0 for *_, y in rows)
+    questions = len({uid for uid, *_ in rows})
+    k, _ = best_constant(rows)
+    lines = [
+        f"{len(rows)} transcripts of {questions} questions, {flawed} flawed",
+        "",
+        "| statistic | value | 95 % (questions resampled) |",
+        "|---|---:|---:|",
+    ]
+    for name, stat in STATS.items():
+        low, high = clustered_ci(rows, stat, resamples, seed)
+        label = f"{name} (step {k})" if name == "best constant step" else name
+        lines.append(f"| {label} | {stat(rows):.3f} | {low:.3f}–{high:.3f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="the `searchrl sft` run folder")
+    parser.add_argument("--model", default="", help="the model that rolls out and reads "
+                        "(default: the run's own `model`)")  # fmt: skip
+    parser.add_argument("--world", default="", help="world folder (default: the run's)")
+    parser.add_argument("--out", type=Path, required=True, help="where rollouts are kept")
+    parser.add_argument("--samples", type=int, default=4, help="rollouts per held-out question")
+    parser.add_argument("--questions", type=int, default=0, help="held-out questions (0: all)")
+    args = parser.parse_args()
+    model_dir = args.model or str(args.run / "model")
+    overrides = [f"policy.init_checkpoint={model_dir}"]
+    overrides += [f"data.world_dir={args.world}"] if args.world else []
+    config = load_config(SFTConfig, args.run / "config.yaml", overrides)
+    set_threads(config.policy.torch_threads)
+    env = build_environment(config.data, args.out)
+    policy, tokenizer = load_policy(config.model, config.policy)
+    questions = env.questions(config.data.eval_split)[: args.questions or None]
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs: list[tuple[Trajectory, int]] = []
+    for s in range(args.samples):
+        path = args.out / f"held_out_s{s}.jsonl"
+        if not path.is_file():
+            jobs = [(q, 1, config.seed + 1 + s) for q in questions]
+            label = f"held-out rollouts {s + 1}/{args.samples}"
+            done = labelled_rollouts(config, env, policy, tokenizer, jobs, label)
+            save_trajectories(path, [t for t, _ in done])
+        pairs += labelled(path)
+    refiner = MetaRefiner(
+        policy, tokenizer, None, env.retriever, config.rollout,
+        RefinerConfig(calibration="content_free"),
+        int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
+        bf16=use_bf16(config.policy.autocast, policy),
+    )  # fmt: skip
+    readings = refiner.read([t for t, _ in pairs])
+    rows = [(t.uid, r, y) for (t, y), r in zip(pairs, readings, strict=True) if r is not None]
+    with (args.out / "readings.jsonl").open("w") as f:
+        for (t, y), r in zip(pairs, readings, strict=True):
+            if r is not None:
+                f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
+                                    "logprobs": r.logprobs}) + "\n")  # fmt: skip
+    em = float(np.mean([t.metrics.get("em", 0.0) for t, _ in pairs]))
+    lines = [f"model {model_dir}, sampled EM {em:.3f}", *gate_table(rows)]
+    print("\n".join(lines))
+    (args.out / "gate.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

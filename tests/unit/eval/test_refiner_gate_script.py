@@ -1,0 +1,66 @@
+"""`benchmarks/refiner_gate.py` reads the gate from several rollouts per held-out question:
+ROC-AUC raw and within step counts, the step count's own, the trimmer against the best
+constant step, with intervals that resample questions, not transcripts."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+from refiner_gate import STATS, best_constant, clustered_ci, gate_table, trimmer_exact
+from searchrl.refiner.meta import Reading
+
+
+def _reading(probs: list[float]) -> Reading:
+    """A reading with P(answer k) = probs[k], k = 0..T."""
+    return Reading("", [], [[k] for k in range(len(probs))], [math.log(p) for p in probs])
+
+
+def test_trimmer_and_best_constant_count_only_the_flawed() -> None:
+    rows = [
+        ("a", _reading([0.2, 0.7, 0.1]), 1),  # cut 1, label 1: exact
+        ("b", _reading([0.2, 0.1, 0.7]), 1),  # cut 2, label 1
+        ("c", _reading([0.2, 0.1, 0.7]), 2),  # cut 2, label 2: exact
+        ("d", _reading([0.9, 0.05, 0.05]), 0),  # clean: not counted
+    ]
+    assert trimmer_exact(rows) == 2 / 3
+    assert best_constant(rows) == (1, 2 / 3)
+    assert math.isnan(trimmer_exact(rows[3:]))
+
+
+def test_within_step_counts_removes_what_length_alone_explains() -> None:
+    # every flawed transcript is long and every clean one short: the step count alone
+    # separates them perfectly, the reading within each length does not at all
+    long_flawed = [(f"f{i}", _reading([0.5, 0.2, 0.2, 0.1]), 1) for i in range(2)]
+    long_clean = [(f"c{i}", _reading([0.5, 0.2, 0.2, 0.1]), 0) for i in range(2)]
+    short_clean = [(f"s{i}", _reading([0.9, 0.1]), 0) for i in range(4)]
+    rows = long_flawed + long_clean + short_clean
+    assert STATS["ROC-AUC of the step count alone"](rows) > 0.8
+    assert STATS["ROC-AUC within each step count"](rows) == 0.5  # ties count half
+    assert STATS["ROC-AUC raw"](rows) > 0.8
+
+
+def test_interval_resamples_questions_not_transcripts() -> None:
+    # two questions, each with four identical rollouts: one flawed and read as flawed, one
+    # clean and read as clean. Resampling questions draws both or only one kind (no AUC),
+    # so every defined resample scores 1.0; resampling transcripts would mix within a
+    # question. The revision rate's interval spans 0..1 because a draw of one question
+    # takes all four of its rollouts.
+    rows = [("q1", _reading([0.1, 0.9]), 1)] * 4 + [("q2", _reading([0.9, 0.1]), 0)] * 4
+    assert clustered_ci(rows, STATS["ROC-AUC raw"], 200, 0) == (1.0, 1.0)
+    low, high = clustered_ci(rows, STATS["revised at τ = 0 (raw)"], 200, 0)
+    assert (low, high) == (0.0, 1.0)
+
+
+def test_table_names_the_constant_step_and_counts_questions() -> None:
+    rows = [("q1", _reading([0.1, 0.9]), 1), ("q1", _reading([0.9, 0.1]), 0)]
+    rows += [("q2", _reading([0.2, 0.8]), 1), ("q3", _reading([0.8, 0.2]), 0)]
+    lines = gate_table(rows, resamples=50)
+    assert lines[0] == "4 transcripts of 3 questions, 2 flawed"
+    cells = {row.split("|")[1].strip(): row.split("|")[2].strip() for row in lines[4:]}
+    assert cells["ROC-AUC raw"] == "1.000"
+    assert cells["revised at τ = 0 (raw)"] == "0.500"
+    assert cells["best constant step (step 1)"] == "1.000"
