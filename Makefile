@@ -54,7 +54,7 @@ test: install-dev
 
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks docs
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
