@@ -4,6 +4,7 @@ transcripts at once, where a training step measures it on the few it revised.
 
     python benchmarks/trim_skill.py --run runs/sft --out runs/trim_skill --samples 4
     python benchmarks/trim_skill.py --run runs/sft --model runs/r2/model --out runs/trim_r2
+    python benchmarks/trim_skill.py --run runs/sft --rollouts runs/gate/held_out_s1.jsonl ...
 
 Reads the labelled own rollouts a `searchrl sft ... meta_rollouts=N` run kept (by default the
 final model's, `meta_final_held_out.jsonl`: what RL from that warm start reads; the flawed ones
@@ -132,6 +133,8 @@ def main() -> None:
                         "(default: the run's own `model`)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="where regenerations are kept")
     parser.add_argument("--set", default="meta_final_held_out", help="kept rollout file's name")
+    parser.add_argument("--rollouts", type=Path, help="a labelled rollout file instead of --set "
+                        "(e.g. refiner_gate.py's held_out_s0.jsonl), named by stem")  # fmt: skip
     parser.add_argument("--all", action="store_true", help="clean transcripts too")
     parser.add_argument("--samples", type=int, default=4, help="regenerations per (y, k)")
     parser.add_argument("--limit", type=int, default=0, help="transcripts (0: all)")
@@ -140,7 +143,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(SFTConfig, args.run / "config.yaml")
-    pairs = labelled(args.run / "trajectories" / f"{args.set}.jsonl")
+    if args.rollouts:
+        args.set = args.rollouts.stem
+    pairs = labelled(args.rollouts or args.run / "trajectories" / f"{args.set}.jsonl")
     pairs = [(t, y) for t, y in pairs if t.segments and (y > 0 or args.all)][: args.limit or None]
     model_dir = args.model or str(args.run / "model")
     module, tokenizer = load_policy(ModelConfig(name_or_path=model_dir), PolicyConfig())
