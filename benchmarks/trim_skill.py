@@ -24,8 +24,10 @@ from k. Every cut policy's expected reward is then Σ_k π(k | y) Ĝ_k(y), with 
 
 S_trim = trimmer (drawn) − batch-average = mean_y Σ_k (π_h(k · y) − π̄(k)) Ĝ_k(y), the paper's
 Σ_k Cov(π_h(k), G_k). The table gives each policy's mean and its paired difference from the
-batch-average and the uniform cut with a bootstrap 95 % interval over transcripts. Each sample's
-regenerations are written to `--out` as they finish; a rerun reads them back and goes on.
+batch-average, the uniform cut and the first step (reject and resample: `refiner.trimmer=first`)
+with a bootstrap 95 % interval that resamples questions (several rollouts of one question, as
+from `--rollouts` of `refiner_gate.py`, are resampled together). Each sample's regenerations
+are written to `--out` as they finish; a rerun reads them back and goes on.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import PolicyConfig
-from searchrl.eval.stats import mean_ci
+from searchrl.eval.stats import cluster_mean_ci
 from searchrl.refiner.meta import Reading, average_cut
 from searchrl.refiner.refiner import MetaRefiner
 from searchrl.refiner.steps import cut_before
@@ -100,8 +102,15 @@ def regenerate(
     return ems
 
 
-def table(readings: list[Reading], labels: list[int], gains: list[list[float]]) -> list[str]:
-    """One row per policy: mean expected EM, and paired differences with intervals."""
+def table(
+    readings: list[Reading],
+    labels: list[int],
+    gains: list[list[float]],
+    questions: list[str] | None = None,
+) -> list[str]:
+    """One row per policy: mean expected EM, and paired differences with intervals that
+    resample `questions` (each transcript's question uid; default: each its own) whole."""
+    questions = questions or [str(i) for i in range(len(readings))]
     mean = average_cut([r.trimmer() for r in readings])
     value: dict[str, list[float | None]] = {}
     for name, policy in policies().items():
@@ -110,17 +119,19 @@ def table(readings: list[Reading], labels: list[int], gains: list[list[float]]) 
             pi = policy(reading, label, mean)
             value[name].append(sum(p * x for p, x in zip(pi, g, strict=True)) if pi else None)
     lines = [
-        "| cut policy | transcripts | expected EM | − batch-average (95 %) | − uniform (95 %) |",
-        "|---|---:|---:|---:|---:|",
+        "| cut policy | transcripts | expected EM | − batch-average (95 %) | − uniform (95 %) "
+        "| − first step (95 %) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, values in value.items():
         kept = [i for i, v in enumerate(values) if v is not None]
         if not kept:
             continue
         cells = [f"{np.mean([values[i] for i in kept]):.3f}"]
-        for base in ("batch-average", "uniform"):
+        for base in ("batch-average", "uniform", "first step"):
             diffs = [values[i] - value[base][i] for i in kept]  # type: ignore[operator]
-            est = mean_ci(diffs, resamples=2000, confidence=0.95, seed=0)
+            groups = [questions[i] for i in kept]
+            est = cluster_mean_ci(diffs, groups, resamples=2000, confidence=0.95, seed=0)
             cells.append(f"{est.mean:+.3f} ({est.low:+.3f}, {est.high:+.3f})")
         lines.append(f"| {name} | {len(kept)} | " + " | ".join(cells) + " |")
     return lines
@@ -186,7 +197,8 @@ def main() -> None:
     print(
         f"EM of the transcripts as generated: {np.mean([t.metrics['em'] for t, _, _ in kept]):.3f}"
     )
-    lines = table([r for _, _, r in kept], [y for _, y, _ in kept], gains)
+    uids = [t.uid for t, _, _ in kept]
+    lines = table([r for _, _, r in kept], [y for _, y, _ in kept], gains, uids)
     print("\n".join(lines))
     (args.out / f"{args.set}_table.md").write_text("\n".join(lines) + "\n")
 

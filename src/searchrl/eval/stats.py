@@ -80,6 +80,30 @@ def mean_ci(values: Sequence[float], resamples: int, confidence: float, seed: in
     return Estimate(mean, *_interval(result, mean), n=int(data.size))
 
 
+def cluster_mean_ci(
+    values: Sequence[float], clusters: Sequence[str], resamples: int, confidence: float, seed: int
+) -> Estimate:
+    """Mean of `values` with a percentile-bootstrap interval that resamples `clusters` (e.g.
+    several rollouts of one question) whole: values of one cluster are not independent, and
+    resampling them one by one gives too narrow an interval. The mean stays the mean over
+    values (each resample's too: its values' sum over their count). With every cluster a
+    single value this is `mean_ci`."""
+    if len(set(clusters)) == len(clusters):
+        return mean_ci(values, resamples, confidence, seed)
+    data = np.asarray(values, dtype=float)
+    mean = float(data.mean())
+    keys = sorted(set(clusters))
+    index = {key: i for i, key in enumerate(keys)}
+    sums, counts = np.zeros(len(keys)), np.zeros(len(keys))
+    np.add.at(sums, [index[c] for c in clusters], data)
+    np.add.at(counts, [index[c] for c in clusters], 1.0)
+    drawn = np.random.default_rng(seed).integers(0, len(keys), (resamples, len(keys)))
+    means = sums[drawn].sum(axis=1) / counts[drawn].sum(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return Estimate(mean, float(low), float(high), n=int(data.size))
+
+
 def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
     """Wilson score interval of a proportion `p` observed on `n` trials (`n` may be an
     effective, non-integer sample size)."""

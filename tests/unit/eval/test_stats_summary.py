@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from searchrl.eval.stats import (
+    cluster_mean_ci,
     macro_mean_ci,
     macro_paired_test,
     macro_proportion_ci,
@@ -25,6 +26,28 @@ def test_interval_brackets_the_mean_and_shrinks_with_n() -> None:
     assert large.high - large.low < (small.high - small.low) / 5
     # ~95% normal-approximation width for p=0.5, n=4000: 2 * 1.96 * sqrt(.25/4000) = 0.031
     assert abs((large.high - large.low) - 0.031) < 0.006
+
+
+def test_cluster_interval_resamples_clusters_whole() -> None:
+    # 50 questions, each with four identical rollouts: the data hold 50 independent values,
+    # not 200. Resampling clusters gives the width of 50 values; resampling the 200 one by
+    # one would give half of it.
+    rng = np.random.default_rng(2)
+    per_question = rng.integers(0, 2, 50).astype(float)
+    values = np.repeat(per_question, 4).tolist()
+    clusters = [f"q{i // 4}" for i in range(200)]
+    whole = cluster_mean_ci(values, clusters, 4000, 0.95, seed=0)
+    single = mean_ci(per_question.tolist(), 4000, 0.95, seed=0)
+    naive = mean_ci(values, 4000, 0.95, seed=0)
+    assert whole.mean == pytest.approx(single.mean) and whole.n == 200
+    assert (whole.high - whole.low) == pytest.approx(single.high - single.low, rel=0.15)
+    assert (whole.high - whole.low) > 1.6 * (naive.high - naive.low)
+    # the mean is over values, not over cluster means: (1 + 1 + 0) / 3
+    assert cluster_mean_ci([1.0, 1.0, 0.0], ["a", "a", "b"], 200, 0.95, 0).mean == 2 / 3
+    # singleton clusters: exactly the plain bootstrap
+    assert cluster_mean_ci(values[:40], [str(i) for i in range(40)], 500, 0.95, 3) == mean_ci(
+        values[:40], 500, 0.95, 3
+    )
 
 
 def test_degenerate_samples_get_a_point_interval() -> None:

@@ -54,3 +54,20 @@ def test_the_batch_average_is_taken_over_the_set_and_cut_to_each_length() -> Non
     assert cells["batch-average"][1] == "0.750"
     assert cells["trimmer (drawn)"][1] == "1.000"
     assert cells["uniform"][1] == f"{(1 / 3 + 1.0) / 2:.3f}"
+
+
+def test_restarting_is_a_column_and_rollouts_of_one_question_resample_together() -> None:
+    # q1's four draws come right only when cut at step 2, q2's only from a new rollout
+    readings = [_reading([0.2, 0.1, 0.7])] * 8
+    gains = [[0.0, 1.0]] * 4 + [[1.0, 0.0]] * 4
+    labels = [2] * 4 + [1] * 4
+    plain = _cells(table(readings, labels, gains))
+    clustered = _cells(table(readings, labels, gains, ["q1"] * 4 + ["q2"] * 4))
+    # π_h = (0.125, 0.875): the trimmer earns 0.875 on q1 and 0.125 on q2 against a new
+    # rollout's 0 and 1, so +0.875 and −0.875
+    assert plain["first step"][4] == "+0.000 (+0.000, +0.000)"
+    # two questions resampled whole draw q1q1, q1q2 or q2q2: the interval spans ±0.875;
+    # eight draws resampled one by one would take them as eight independent transcripts
+    assert clustered["trimmer (drawn)"][4] == "+0.000 (-0.875, +0.875)"
+    low, high = (float(x) for x in plain["trimmer (drawn)"][4][8:-1].split(", "))
+    assert -0.75 < low < 0 < high < 0.75
