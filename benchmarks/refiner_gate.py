@@ -81,6 +81,19 @@ def auc_of(score: Callable[[Reading], float]) -> Callable[[Sequence[Row]], float
     return lambda rows: roc_auc([score(r) for _, r, _ in rows], [y > 0 for *_, y in rows])
 
 
+def answer_step(reading: Reading, label: int) -> bool:
+    """Whether the oracle's flaw is the last step: a wrong answer after sound searches (or no
+    answer at all), as against a search that missed its hop's passage."""
+    return label == reading.steps
+
+
+def of_kind(
+    answer: bool, stat: Callable[[Sequence[Row]], float]
+) -> Callable[[Sequence[Row]], float]:
+    """`stat` over the clean rows and the flawed ones of one kind (`answer_step` or not)."""
+    return lambda rows: stat([row for row in rows if not row[2] or answer_step(*row[1:]) == answer])
+
+
 STATS: dict[str, Callable[[Sequence[Row]], float]] = {
     "ROC-AUC raw": auc_of(lambda r: r.log_odds),
     "ROC-AUC calibrated": auc_of(lambda r: r.score),
@@ -89,6 +102,10 @@ STATS: dict[str, Callable[[Sequence[Row]], float]] = {
     "revised at τ = 0 (raw)": lambda rows: float(np.mean([r.log_odds > 0 for _, r, _ in rows])),
     "trimmer exact step": trimmer_exact,
     "best constant step": lambda rows: best_constant(rows)[1],
+    "ROC-AUC raw, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.log_odds)),
+    "ROC-AUC raw, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.log_odds)),
+    "trimmer exact step, answer-step flaws": of_kind(True, trimmer_exact),
+    "trimmer exact step, search-step flaws": of_kind(False, trimmer_exact),
 }
 """Gate statistics over (uid, reading, label) rows."""
 
@@ -133,6 +150,17 @@ def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> lis
     return lines
 
 
+def kept_readings(path: Path, trajs: Sequence[Trajectory]) -> list[Reading | None] | None:
+    """The readings an earlier run of the script wrote, when they are of exactly these
+    transcripts (ids in order; none was unreadable), else None: reading is the costly part."""
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.open() if line.strip()]
+    if [row["id"] for row in rows] != [t.id for t in trajs]:
+        return None
+    return [Reading("", [], [], row["logprobs"], row["prior"]) for row in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the `searchrl sft` run folder")
@@ -167,7 +195,9 @@ def main() -> None:
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
         bf16=use_bf16(config.policy.autocast, policy),
     )  # fmt: skip
-    readings = refiner.read([t for t, _ in pairs])
+    readings = kept_readings(args.out / "readings.jsonl", [t for t, _ in pairs])
+    if readings is None:
+        readings = refiner.read([t for t, _ in pairs])
     rows = [(t.uid, r, y) for (t, y), r in zip(pairs, readings, strict=True) if r is not None]
     with (args.out / "readings.jsonl").open("w") as f:
         for (t, y), r in zip(pairs, readings, strict=True):

@@ -64,3 +64,34 @@ def test_table_names_the_constant_step_and_counts_questions() -> None:
     assert cells["ROC-AUC raw"] == "1.000"
     assert cells["revised at τ = 0 (raw)"] == "0.500"
     assert cells["best constant step (step 1)"] == "1.000"
+
+
+def test_flaws_split_by_kind_against_the_same_clean_rows() -> None:
+    # T = 2 (a search, the answer): label 2 is a wrong answer after a sound search, label 1
+    # a search that missed. The reading ranks answer flaws above clean, search flaws below.
+    rows = [
+        ("a", _reading([0.2, 0.1, 0.7]), 2),
+        ("b", _reading([0.9, 0.02, 0.08]), 1),
+        ("c", _reading([0.6, 0.2, 0.2]), 0),
+    ]
+    assert STATS["ROC-AUC raw, answer-step flaws vs clean"](rows) == 1.0
+    assert STATS["ROC-AUC raw, search-step flaws vs clean"](rows) == 0.0
+    assert STATS["trimmer exact step, answer-step flaws"](rows) == 1.0  # cuts at 2
+    assert STATS["trimmer exact step, search-step flaws"](rows) == 0.0  # cuts at 2
+
+
+def test_kept_readings_are_reused_only_for_the_same_transcripts(tmp_path: Path) -> None:
+    from refiner_gate import kept_readings
+    from searchrl.types import Trajectory
+
+    trajs = [Trajectory(id=f"t{i}", question="q", golden_answers=["x"]) for i in range(2)]
+    path = tmp_path / "readings.jsonl"
+    assert kept_readings(path, trajs) is None
+    path.write_text(
+        '{"id": "t0", "uid": "q", "label": 0, "prior": 0.5, "logprobs": [-0.1, -2.0]}\n'
+        '{"id": "t1", "uid": "q", "label": 1, "prior": 0.0, "logprobs": [-3.0, -0.05]}\n'
+    )
+    readings = kept_readings(path, trajs)
+    assert readings is not None and readings[1].cut(None) == 1
+    assert readings[0].score == readings[0].log_odds - 0.5
+    assert kept_readings(path, trajs[::-1]) is None
