@@ -137,6 +137,26 @@ def table(
     return lines
 
 
+def kind_table(readings: list[Reading], labels: list[int], gains: list[list[float]]) -> list[str]:
+    """Expected EM of the oracle's cut, a new rollout, the uniform cut and the trimmer's, for
+    the flawed transcripts split by the oracle's kind of flaw: the last step (a wrong answer
+    after sound searches, or none) against an earlier one (a search that missed its hop)."""
+    lines = [
+        "| flaw | transcripts | oracle's step | first step | uniform | trimmer (drawn) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, last in (("at the answer step", True), ("at a search step", False)):
+        rows = [
+            (g[y - 1], g[0], np.mean(g), sum(p * x for p, x in zip(r.trimmer(), g, strict=True)))
+            for r, y, g in zip(readings, labels, gains, strict=True)
+            if y > 0 and (y == r.steps) == last
+        ]
+        if rows:
+            means = " | ".join(f"{np.mean([row[i] for row in rows]):.3f}" for i in range(4))
+            lines.append(f"| {kind} | {len(rows)} | {means} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the `searchrl sft` run folder")
@@ -198,7 +218,8 @@ def main() -> None:
         f"EM of the transcripts as generated: {np.mean([t.metrics['em'] for t, _, _ in kept]):.3f}"
     )
     uids = [t.uid for t, _, _ in kept]
-    lines = table([r for _, _, r in kept], [y for _, y, _ in kept], gains, uids)
+    readings, labels = [r for _, _, r in kept], [y for _, y, _ in kept]
+    lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
     print("\n".join(lines))
     (args.out / f"{args.set}_table.md").write_text("\n".join(lines) + "\n")
 

@@ -71,3 +71,16 @@ def test_restarting_is_a_column_and_rollouts_of_one_question_resample_together()
     assert clustered["trimmer (drawn)"][4] == "+0.000 (-0.875, +0.875)"
     low, high = (float(x) for x in plain["trimmer (drawn)"][4][8:-1].split(", "))
     assert -0.75 < low < 0 < high < 0.75
+
+
+def test_flaws_are_split_by_kind_with_each_cut_s_expected_reward() -> None:
+    from trim_skill import kind_table
+
+    # T = 2: label 2 a wrong answer after a sound search, label 1 a search that missed
+    readings = [_reading([0.5, 0.25, 0.25]), _reading([0.5, 0.25, 0.25]), _reading([0.9, 0.1])]
+    gains = [[1.0, 0.0], [0.0, 1.0], [0.0]]
+    rows = _cells(kind_table(readings, [2, 1, 0], gains))
+    # answer-step flaw: the oracle cut (step 2) earns 0, a new rollout 1, uniform and the
+    # even trimmer 0.5; the search-step flaw the other way round; the clean one is left out
+    assert rows["at the answer step"] == ["1", "0.000", "1.000", "0.500", "0.500"]
+    assert rows["at a search step"] == ["1", "0.000", "0.000", "0.500", "0.500"]
