@@ -64,8 +64,10 @@ class RefinerConfig:
     random step 1..T (seeded; the random-cut baseline), or `first`, always step 1: reject and
     resample the whole trajectory, a baseline the paper does not run. It tells the
     discriminator's share of the refiner's gain from the trimmer's: on the tour's world even
-    the oracle's flaw step earned only ~5 points of EM over the trimmer's average cut, and a
-    new rollout came within 0.08 of it (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
+    the oracle's flaw step earned only ~5 points of EM over the trimmer's average cut, and on
+    the Actors of a second and third meta round a new rollout answered 0.11–0.17 more flawed
+    trajectories than the trimmer's cut, 0.06–0.09 more than the oracle's
+    (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
