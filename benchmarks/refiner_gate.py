@@ -33,15 +33,12 @@ import numpy as np
 
 from read_precision import labelled
 from searchrl.config.loading import load_config
-from searchrl.config.refiner import RefinerConfig
 from searchrl.config.sft import SFTConfig
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.meta import Reading
-from searchrl.refiner.refiner import MetaRefiner
 from searchrl.train.environment import build_environment, load_policy
-from searchrl.train.meta_sft import labelled_rollouts
+from searchrl.train.meta_sft import labelled_rollouts, mean_em, report_reader
 from searchrl.train.metrics import save_trajectories
-from searchrl.train.models import use_bf16
 from searchrl.train.run import set_threads
 from searchrl.types import Trajectory
 
@@ -189,23 +186,17 @@ def main() -> None:
             done = labelled_rollouts(config, env, policy, tokenizer, jobs, label)
             save_trajectories(path, [t for t, _ in done])
         pairs += labelled(path)
-    refiner = MetaRefiner(
-        policy, tokenizer, None, env.retriever, config.rollout,
-        RefinerConfig(calibration="content_free"),
-        int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
-        bf16=use_bf16(config.policy.autocast, policy),
-    )  # fmt: skip
-    readings = kept_readings(args.out / "readings.jsonl", [t for t, _ in pairs])
+    kept = args.out / "readings.jsonl"
+    readings = kept_readings(kept, [t for t, _ in pairs])
     if readings is None:
-        readings = refiner.read([t for t, _ in pairs])
+        readings = report_reader(config, env, policy, tokenizer).read([t for t, _ in pairs])
+        with kept.open("w") as f:
+            for (t, y), r in zip(pairs, readings, strict=True):
+                if r is not None:
+                    f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
+                                        "logprobs": r.logprobs}) + "\n")  # fmt: skip
     rows = [(t.uid, r, y) for (t, y), r in zip(pairs, readings, strict=True) if r is not None]
-    with (args.out / "readings.jsonl").open("w") as f:
-        for (t, y), r in zip(pairs, readings, strict=True):
-            if r is not None:
-                f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
-                                    "logprobs": r.logprobs}) + "\n")  # fmt: skip
-    em = float(np.mean([t.metrics.get("em", 0.0) for t, _ in pairs]))
-    lines = [f"model {model_dir}, sampled EM {em:.3f}", *gate_table(rows)]
+    lines = [f"model {model_dir}, sampled EM {mean_em(pairs):.3f}", *gate_table(rows)]
     print("\n".join(lines))
     (args.out / "gate.md").write_text("\n".join(lines) + "\n")
 

@@ -141,18 +141,20 @@ def kind_table(readings: list[Reading], labels: list[int], gains: list[list[floa
     """Expected EM of the oracle's cut, a new rollout, the uniform cut and the trimmer's, for
     the flawed transcripts split by the oracle's kind of flaw: the last step (a wrong answer
     after sound searches, or none) against an earlier one (a search that missed its hop)."""
+    named = policies()
+    shown = ("oracle", "first step", "uniform", "trimmer (drawn)")
     lines = [
         "| flaw | transcripts | oracle's step | first step | uniform | trimmer (drawn) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for kind, last in (("at the answer step", True), ("at a search step", False)):
         rows = [
-            (g[y - 1], g[0], np.mean(g), sum(p * x for p, x in zip(r.trimmer(), g, strict=True)))
+            [sum(p * x for p, x in zip(named[n](r, y, []), g, strict=True)) for n in shown]
             for r, y, g in zip(readings, labels, gains, strict=True)
             if y > 0 and (y == r.steps) == last
         ]
         if rows:
-            means = " | ".join(f"{np.mean([row[i] for row in rows]):.3f}" for i in range(4))
+            means = " | ".join(f"{m:.3f}" for m in np.mean(rows, axis=0))
             lines.append(f"| {kind} | {len(rows)} | {means} |")
     return lines
 

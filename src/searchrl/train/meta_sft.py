@@ -299,6 +299,20 @@ def warm_start_meta(
     return counts, held_out
 
 
+def report_reader(
+    config: SFTConfig, env: Environment, policy: nn.Module, tokenizer: object
+) -> MetaRefiner:
+    """The refiner that reads held-out transcripts for a report: on the module, as RL reads
+    (bf16 where `policy.autocast` turns it on), with the content-free prior, so that a
+    reading carries both the raw log-odds and the calibrated score."""
+    return MetaRefiner(
+        policy, tokenizer, None, env.retriever, config.rollout,
+        RefinerConfig(calibration="content_free"),
+        int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
+        bf16=use_bf16(config.policy.autocast, policy),
+    )  # fmt: skip
+
+
 def meta_report(
     config: SFTConfig,
     env: Environment,
@@ -319,12 +333,7 @@ def meta_report(
     chat = config.rollout.use_chat_template
     eval_split = config.data.eval_split
     report: dict[str, float] = {}
-    refiner = MetaRefiner(
-        policy, tokenizer, None, env.retriever, config.rollout,
-        RefinerConfig(calibration="content_free"),
-        int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
-        bf16=use_bf16(config.policy.autocast, policy),
-    )  # fmt: skip
+    refiner = report_reader(config, env, policy, tokenizer)
     synthetic_held = labelled_references(
         env.references(eval_split), env.questions(eval_split), config.meta_eval_size,
         config.meta_clean_share, config.seed + 1, env.retriever,
