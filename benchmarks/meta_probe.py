@@ -144,7 +144,7 @@ def main() -> None:
     if args.run:
         data = DataConfig(world_dir=args.world, index_dir=args.index)
         sets["own train"], sets["own held-out"] = saved_rollouts(
-            args.run, env, SFTConfig(data=data)
+            [args.run], env, SFTConfig(data=data)
         )
     feats: dict[str, list] = {}
     amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=fast_bf16(torch.device("cpu")))

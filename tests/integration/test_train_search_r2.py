@@ -157,6 +157,24 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
         first_rows = (source / f"{name}.jsonl").read_text()
         assert (again / "trajectories" / f"{name}.jsonl").read_text() == first_rows
 
+    # Two runs' rollouts pooled (a comma between folders): every transcript of both, in
+    # folder order, train and held-out; the balance is limited by the 3 clean ones.
+    pooled = tmp_path / "pooled"
+    both = [*reuse]
+    both[4] = str(pooled)
+    both[both.index(f"meta_rollouts_from={source.parent}")] = (
+        f"meta_rollouts_from={source.parent}, {tmp_path}"
+    )
+    result = CliRunner().invoke(app, both)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    third = json.loads((pooled / "summary.json").read_text())
+    assert third["meta/rollouts"] == 12.0 and third["meta/labelled"] == 8.0
+    assert third["meta/rollout_examples"] == 6.0
+    for name in ("meta_train", "meta_held_out"):
+        first_rows = (source / f"{name}.jsonl").read_text()
+        own_rows = (tmp_path / "trajectories" / f"{name}.jsonl").read_text()
+        assert (pooled / "trajectories" / f"{name}.jsonl").read_text() == first_rows + own_rows
+
     # Rollouts of questions this world does not have carry labels of another world: refused.
     stray = tmp_path / "stray" / "trajectories"
     stray.mkdir(parents=True)

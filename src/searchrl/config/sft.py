@@ -74,11 +74,12 @@ class SFTConfig:
     or the answer step), balanced clean/flawed, trained on in the meta phase."""
     meta_rollouts_from: str = ""
     """A folder of an earlier `searchrl sft` run with own rollouts (its
-    `trajectories/meta_{train,held_out}.jsonl`, oracle labels in `metrics.flaw_step`): the
-    meta phase and the report use all of those instead of rolling out anew (`meta_rollouts`
-    and `meta_eval_size` are then unused). Rollouts are the warm start's costly
-    part; reusing them compares meta phases on the very same held-out transcripts. The world
-    must be the one they were rolled out on."""
+    `trajectories/meta_{train,held_out}.jsonl`, oracle labels in `metrics.flaw_step`), or
+    several separated by commas, pooled: the meta phase and the report use all of those
+    instead of rolling out anew (`meta_rollouts` and `meta_eval_size` are then unused).
+    Rollouts are the warm start's costly part; reusing them compares meta phases on the very
+    same held-out transcripts, and pooling two runs' draws doubles the flawed examples a
+    strong Actor yields. The world must be the one they were rolled out on."""
     meta_epochs: PositiveFloat = 1.0
     """Passes over the meta phase's examples."""
     meta_lr: PositiveFloat = 5e-5
@@ -111,10 +112,15 @@ class SFTConfig:
             raise ConfigError(
                 "max_examples: 0 trains no Actor examples; give meta_examples or meta_rollouts"
             )
-        if self.meta_rollouts_from:
-            kept = Path(self.meta_rollouts_from) / "trajectories"
+        for folder in self.rollout_folders():
             for name in ("meta_train.jsonl", "meta_held_out.jsonl"):
-                if not (kept / name).is_file():
-                    raise ConfigError(f"meta_rollouts_from: {kept / name} does not exist")
+                if not (folder / "trajectories" / name).is_file():
+                    raise ConfigError(
+                        f"meta_rollouts_from: {folder / 'trajectories' / name} does not exist"
+                    )
         if self.meta_train_layers and self.policy.lora_rank:
             raise ConfigError("meta_train_layers: freezes full weights; not with policy.lora_rank")
+
+    def rollout_folders(self) -> list[Path]:
+        """The folders `meta_rollouts_from` names, in order (none when it is empty)."""
+        return [Path(part.strip()) for part in self.meta_rollouts_from.split(",") if part.strip()]

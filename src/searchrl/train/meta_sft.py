@@ -206,26 +206,28 @@ def own_rollouts(
 
 
 def saved_rollouts(
-    run_dir: Path, env: Environment, config: SFTConfig
+    run_dirs: Sequence[Path], env: Environment, config: SFTConfig
 ) -> tuple[list[tuple[Trajectory, int]], list[tuple[Trajectory, int]]]:
-    """The own rollouts an earlier warm start kept (`meta_rollouts_from`), train and held-out,
-    with their oracle labels. Refuses rollouts whose questions are not this world's train
-    and held-out questions (labels from another world would be wrong)."""
-    out = []
-    for name, split in (
-        ("meta_train", config.data.train_split),
-        ("meta_held_out", config.data.eval_split),
-    ):
-        path = run_dir / "trajectories" / f"{name}.jsonl"  # SFTConfig.validate: it exists
-        trajs = [Trajectory.from_json(json.loads(line)) for line in path.open() if line.strip()]
-        known = {q.uid for q in env.questions(split)}
-        stray = [t.uid for t in trajs if t.uid not in known or "flaw_step" not in t.metrics]
-        if stray:
-            raise ConfigError(
-                f"meta_rollouts_from: {path} has {len(stray)} rollouts that are not labelled "
-                f"questions of {env.world_dir}'s {split} split (first: {stray[0]})"
-            )
-        out.append([(t, int(t.metrics["flaw_step"])) for t in trajs])
+    """The own rollouts earlier warm starts kept (`meta_rollouts_from`), train and held-out,
+    pooled in folder order, with their oracle labels. Refuses rollouts whose questions are
+    not this world's train and held-out questions (labels from another world would be
+    wrong)."""
+    out: list[list[tuple[Trajectory, int]]] = [[], []]
+    for run_dir in run_dirs:
+        for pooled, name, split in (
+            (out[0], "meta_train", config.data.train_split),
+            (out[1], "meta_held_out", config.data.eval_split),
+        ):
+            path = run_dir / "trajectories" / f"{name}.jsonl"  # SFTConfig.validate: it exists
+            trajs = [Trajectory.from_json(json.loads(line)) for line in path.open() if line.strip()]
+            known = {q.uid for q in env.questions(split)}
+            stray = [t.uid for t in trajs if t.uid not in known or "flaw_step" not in t.metrics]
+            if stray:
+                raise ConfigError(
+                    f"meta_rollouts_from: {path} has {len(stray)} rollouts that are not "
+                    f"labelled questions of {env.world_dir}'s {split} split (first: {stray[0]})"
+                )
+            pooled.extend((t, int(t.metrics["flaw_step"])) for t in trajs)
     return out[0], out[1]
 
 
@@ -252,7 +254,7 @@ def warm_start_meta(
     own_train: list[tuple[Trajectory, int]] = []
     held_out: list[tuple[Trajectory, int]] = []
     if config.meta_rollouts_from:  # read first: a wrong folder fails before any training
-        own_train, held_out = saved_rollouts(Path(config.meta_rollouts_from), env, config)
+        own_train, held_out = saved_rollouts(config.rollout_folders(), env, config)
     taught = {t.uid for t in actor}
     chat = config.rollout.use_chat_template
     train_split = config.data.train_split
