@@ -28,6 +28,11 @@ batch-average, the uniform cut and the first step (reject and resample: `refiner
 with a bootstrap 95 % interval that resamples questions (several rollouts of one question, as
 from `--rollouts` of `refiner_gate.py`, are resampled together). Each sample's regenerations
 are written to `--out` as they finish; a rerun reads them back and goes on.
+
+A third table asks why a cut can lose to a new rollout: for each flawed transcript, cut at the
+oracle's step and at step 1, how often the regenerated step repeats the original's action
+(the same query or the same answer, case and spacing aside) and the EM of the regenerations
+that repeat it against those that do not.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +55,10 @@ from searchrl.config.train import PolicyConfig
 from searchrl.eval.stats import cluster_mean_ci
 from searchrl.refiner.meta import Reading, average_cut
 from searchrl.refiner.refiner import MetaRefiner
-from searchrl.refiner.steps import cut_before
+from searchrl.refiner.steps import cut_before, split_steps
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.corpus import read_corpus
+from searchrl.rollout.parse import parse_action
 from searchrl.rollout.sampler import row_seed
 from searchrl.train.environment import load_policy
 from searchrl.types import Trajectory
@@ -89,17 +96,29 @@ def one_hot(k: int, steps: int) -> list[float]:
     return [1.0 if j == k else 0.0 for j in range(1, steps + 1)]
 
 
+def step_action(traj: Trajectory, k: int) -> str:
+    """Step k's action as "kind: content" (lower case, spaces collapsed); "" past the end."""
+    steps = split_steps(traj.segments)
+    if k > len(steps):
+        return ""
+    action = parse_action(steps[k - 1].policy.text)
+    return f"{action.kind}: {' '.join(action.content.lower().split())}"
+
+
 def regenerate(
     refiner: MetaRefiner, jobs: list[tuple[Trajectory, int]], seed: int, done: Callable[[int], None]
-) -> list[float]:
-    """EM of each (transcript, k) regenerated from step k with `seed`, in chunks."""
+) -> tuple[list[float], list[str]]:
+    """EM of each (transcript, k) regenerated from step k with `seed`, in chunks, and the
+    action the regeneration took at step k."""
     ems: list[float] = []
+    actions: list[str] = []
     for start in range(0, len(jobs), CHUNK):
         chunk = jobs[start : start + CHUNK]
         out = refiner.regenerate([cut_before(t, k) for t, k in chunk], seed)
         ems += [float(t.metrics.get("em", 0.0)) for t in out]
+        actions += [step_action(t, k) for t, (_, k) in zip(out, chunk, strict=True)]
         done(len(chunk))
-    return ems
+    return ems, actions
 
 
 def table(
@@ -159,6 +178,26 @@ def kind_table(readings: list[Reading], labels: list[int], gains: list[list[floa
     return lines
 
 
+def repeat_table(rows: list[tuple[str, str, bool, float]]) -> list[str]:
+    """Rows (cut, flaw kind, regeneration repeats the original's action, its EM) → per cut
+    and kind: regenerations, share that repeat, EM of those that repeat and of the others."""
+    lines = [
+        "| cut | flaw | regenerations | repeat the original's action | EM if repeated "
+        "| EM if not |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for cut, kind in product(("oracle's step", "first step"), ("answer step", "search step")):
+        group = [(same, em) for c, k, same, em in rows if (c, k) == (cut, kind)]
+        if not group:
+            continue
+        same = [em for repeated, em in group if repeated]
+        other = [em for repeated, em in group if not repeated]
+        cells = [f"{np.mean(ems):.3f}" if ems else "–" for ems in (same, other)]
+        share = len(same) / len(group)
+        lines.append(f"| {cut} | {kind} | {len(group)} | {share:.3f} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the `searchrl sft` run folder")
@@ -201,15 +240,30 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     progress = LineProgress("regenerations", len(jobs) * args.samples)
     totals = [0.0] * len(jobs)
+    offsets = np.cumsum([0] + [r.steps for _, _, r in kept]).tolist()
+    repeats: list[tuple[str, str, bool, float]] = []
     for sample in range(args.samples):
         path = args.out / f"{args.set}_s{sample}.json"
-        if path.is_file() and len(ems := json.loads(path.read_text())) == len(jobs):
+        said = path.with_name(f"{path.stem}_actions.json")
+        if (
+            path.is_file()
+            and said.is_file()
+            and len(ems := json.loads(path.read_text())) == len(jobs)
+        ):
+            actions = json.loads(said.read_text())
             progress.update(advance=len(jobs))
         else:
             seed = row_seed(args.seed, "trim-skill", sample) % (2**31)
-            ems = regenerate(refiner, jobs, seed, lambda n: progress.update(advance=n))
+            ems, actions = regenerate(refiner, jobs, seed, lambda n: progress.update(advance=n))
             path.write_text(json.dumps(ems))
+            said.write_text(json.dumps(actions))
         totals = [a + b for a, b in zip(totals, ems, strict=True)]
+        for (t, y, r), offset in zip(kept, offsets, strict=False):
+            kind = "answer step" if y == r.steps else "search step"
+            for cut, k in (("oracle's step", y), ("first step", 1)):
+                if y > 0:
+                    job = offset + k - 1
+                    repeats.append((cut, kind, actions[job] == step_action(t, k), ems[job]))
     engine.close()
     means = iter(total / args.samples for total in totals)
     gains = [[next(means) for _ in range(r.steps)] for _, _, r in kept]
@@ -222,6 +276,7 @@ def main() -> None:
     uids = [t.uid for t, _, _ in kept]
     readings, labels = [r for _, _, r in kept], [y for _, y, _ in kept]
     lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
+    lines += ["", *repeat_table(repeats)]
     print("\n".join(lines))
     (args.out / f"{args.set}_table.md").write_text("\n".join(lines) + "\n")
 
