@@ -22,6 +22,7 @@ learning recipe), so arms differ only by the refiner:
 | `random_cut` | `refiner` with a uniformly random cut (`refiner.trimmer=random`): S_trim's floor |
 | `rule_disc` | `refiner` with the rule discriminator (`refiner.discriminator=rule`) |
 | `resample` | `refiner` cutting at step 1 (`refiner.trimmer=first`): reject and resample |
+| `fresh` | `refiner` redrawing a regeneration that repeats the cut step (`refiner.fresh_tries=2`) |
 
 Each model is evaluated greedily on the held-out split: Search-R1 arms with `--method
 search-r1`, refiner arms with `--method search-r2`, whose summary holds both the trained Actor
@@ -55,6 +56,7 @@ ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "random_cut": ("random-cut refiner", TRACES_ONLY, ("refiner.trimmer=random",)),
     "rule_disc": ("rule discriminator", TRACES_ONLY, ("refiner.discriminator=rule",)),
     "resample": ("reject and resample", TRACES_ONLY, ("refiner.trimmer=first",)),
+    "fresh": ("refiner, fresh regenerations", TRACES_ONLY, ("refiner.fresh_tries=2",)),
 }
 DEFAULT_ARMS = ("r1_g", "r1_2g", "refiner", "process", "full", "random_cut")
 SWEEP = {  # full model at evaluation: stage → (τ, N_max); τ = 0, N_max = 1 is `eval_full`

@@ -32,7 +32,8 @@ are written to `--out` as they finish; a rerun reads them back and goes on.
 A third table asks why a cut can lose to a new rollout: for each flawed transcript, cut at the
 oracle's step and at step 1, how often the regenerated step repeats the original's action
 (the same query or the same answer, case and spacing aside) and the EM of the regenerations
-that repeat it against those that do not.
+that repeat it against those that do not. `--fresh-tries N` regenerates as
+`refiner.fresh_tries=N` does (a repeat is drawn again, up to N times; files named `_freshN`).
 """
 
 from __future__ import annotations
@@ -55,10 +56,9 @@ from searchrl.config.train import PolicyConfig
 from searchrl.eval.stats import cluster_mean_ci
 from searchrl.refiner.meta import Reading, average_cut
 from searchrl.refiner.refiner import MetaRefiner
-from searchrl.refiner.steps import cut_before, split_steps
+from searchrl.refiner.steps import step_action
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.corpus import read_corpus
-from searchrl.rollout.parse import parse_action
 from searchrl.rollout.sampler import row_seed
 from searchrl.train.environment import load_policy
 from searchrl.types import Trajectory
@@ -96,15 +96,6 @@ def one_hot(k: int, steps: int) -> list[float]:
     return [1.0 if j == k else 0.0 for j in range(1, steps + 1)]
 
 
-def step_action(traj: Trajectory, k: int) -> str:
-    """Step k's action as "kind: content" (lower case, spaces collapsed); "" past the end."""
-    steps = split_steps(traj.segments)
-    if k > len(steps):
-        return ""
-    action = parse_action(steps[k - 1].policy.text)
-    return f"{action.kind}: {' '.join(action.content.lower().split())}"
-
-
 def regenerate(
     refiner: MetaRefiner, jobs: list[tuple[Trajectory, int]], seed: int, done: Callable[[int], None]
 ) -> tuple[list[float], list[str]]:
@@ -114,7 +105,7 @@ def regenerate(
     actions: list[str] = []
     for start in range(0, len(jobs), CHUNK):
         chunk = jobs[start : start + CHUNK]
-        out = refiner.regenerate([cut_before(t, k) for t, k in chunk], seed)
+        out = refiner.regenerate_cuts([t for t, _ in chunk], [k for _, k in chunk], seed)
         ems += [float(t.metrics.get("em", 0.0)) for t in out]
         actions += [step_action(t, k) for t, (_, k) in zip(out, chunk, strict=True)]
         done(len(chunk))
@@ -210,6 +201,8 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="clean transcripts too")
     parser.add_argument("--samples", type=int, default=4, help="regenerations per (y, k)")
     parser.add_argument("--limit", type=int, default=0, help="transcripts (0: all)")
+    parser.add_argument("--fresh-tries", type=int, default=0, help="refiner.fresh_tries: "
+                        "redraw a regeneration that repeats the cut step's action")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -232,8 +225,9 @@ def main() -> None:
     world = Path(config.data.world_dir or args.run / "world")
     retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
     refiner = MetaRefiner(
-        module, tokenizer, engine, retriever, config.rollout, RefinerConfig(), pad
-    )
+        module, tokenizer, engine, retriever, config.rollout,
+        RefinerConfig(fresh_tries=args.fresh_tries), pad,
+    )  # fmt: skip
     read = refiner.read([t for t, _ in pairs])
     kept = [(t, y, r) for (t, y), r in zip(pairs, read, strict=True) if r is not None]
     jobs = [(t, k) for t, _, r in kept for k in range(1, r.steps + 1)]
@@ -242,8 +236,9 @@ def main() -> None:
     totals = [0.0] * len(jobs)
     offsets = np.cumsum([0] + [r.steps for _, _, r in kept]).tolist()
     repeats: list[tuple[str, str, bool, float]] = []
+    fresh = f"_fresh{args.fresh_tries}" if args.fresh_tries else ""
     for sample in range(args.samples):
-        path = args.out / f"{args.set}_s{sample}.json"
+        path = args.out / f"{args.set}{fresh}_s{sample}.json"
         said = path.with_name(f"{path.stem}_actions.json")
         if (
             path.is_file()
@@ -278,7 +273,7 @@ def main() -> None:
     lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
     lines += ["", *repeat_table(repeats)]
     print("\n".join(lines))
-    (args.out / f"{args.set}_table.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{args.set}{fresh}_table.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,15 @@ class RefinerConfig:
     trajectories than the trimmer's cut, 0.06–0.09 more than the oracle's
     (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
 
+    fresh_tries: NonNegativeInt = 0
+    """Redraws of a regeneration that repeats the cut step's action (the same query, which
+    BM25 answers with the same passages, or the same answer): such a continuation is drawn
+    again with another seed, up to this many times, and the last draw is kept. The refiner
+    judged step k flawed, so taking step k's action again repeats the flaw; on the third
+    meta round's Actor 35–43 % of the regenerations from the oracle's flaw step did, and
+    earned 0.00–0.14 EM against 0.51–0.60 for the others (docs/search_r2.md). The baseline
+    cuts of S_trim are regenerated the same way. 0: the paper's single draw."""
+
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
     weights are the policy's, synced before every rollout) rather than with the trainer's

@@ -44,6 +44,7 @@ from searchrl.refiner.steps import (
     meta_prompt,
     render_meta,
     split_steps,
+    step_action,
 )
 from searchrl.retrieval.base import Retriever
 from searchrl.rollout.loop import run_rollouts
@@ -234,13 +235,17 @@ class MetaRefiner:
                     cuts.append((i, k))
             if not cuts:
                 break
-            starts = [cut_before(final[i], k) for i, k in cuts]
-            regenerated = self.regenerate(starts, regeneration_seed(seed, round_index))
-            for (i, k), start, new in zip(cuts, starts, regenerated, strict=True):
+            regenerated = self.regenerate_cuts(
+                [final[i] for i, _ in cuts],
+                [k for _, k in cuts],
+                regeneration_seed(seed, round_index),
+            )
+            for (i, k), new in zip(cuts, regenerated, strict=True):
                 record = final[i].refinement
                 assert record is not None
+                kept = split_steps(final[i].segments)[k - 1].start  # segments `cut_before` keeps
                 new.refinement = replace(
-                    record, revised=True, cut_step=k, prefix_segments=len(start.segments),
+                    record, revised=True, cut_step=k, prefix_segments=kept,
                     revisions=record.revisions + 1,
                 )  # fmt: skip
                 final[i] = new
@@ -310,6 +315,27 @@ class MetaRefiner:
         if first:
             traj.refinement.log_odds = reading.score
 
+    def regenerate_cuts(
+        self, trajectories: Sequence[Trajectory], cuts: Sequence[int], seed: int
+    ) -> list[Trajectory]:
+        """Each trajectory cut before its step k and continued by the Actor; with
+        `fresh_tries` a continuation whose step k repeats the original's action is drawn
+        again (another seed per try, one batched rollout per try) and the last draw kept."""
+        starts = [cut_before(t, k) for t, k in zip(trajectories, cuts, strict=True)]
+        out = self.regenerate(starts, seed)
+        cut_actions = [step_action(t, k) for t, k in zip(trajectories, cuts, strict=True)]
+        for attempt in range(1, self.config.fresh_tries + 1):
+            again = [
+                j for j, (new, k) in enumerate(zip(out, cuts, strict=True))
+                if step_action(new, k) == cut_actions[j]
+            ]  # fmt: skip
+            if not again:
+                break
+            redone = self.regenerate([starts[j] for j in again], row_seed(seed, "fresh", attempt))
+            for j, new in zip(again, redone, strict=True):
+                out[j] = new
+        return out
+
     def regenerate(self, starts: list[Trajectory], seed: int) -> list[Trajectory]:
         """Continue each start with the Actor (one batched rollout, kept ids)."""
         if not starts:
@@ -340,16 +366,16 @@ class MetaRefiner:
         n_probe = math.ceil(self.config.probe_share * len(accepted))
         outcome.probed = sorted(picker.sample(accepted, n_probe))
         regen_seed = regeneration_seed(seed, 0)
-        jobs: list[tuple[str, int, Trajectory]] = []
+        jobs: list[tuple[str, int, int]] = []
         for i in outcome.probed:
-            k = self.trim(outcome.originals[i], readings[i], seed, 0, greedy)
-            jobs.append(("trim", i, cut_before(outcome.originals[i], k)))
+            jobs.append(("trim", i, self.trim(outcome.originals[i], readings[i], seed, 0, greedy)))
         if self.config.random_cut_probe:
             average = average_cut([self.cut_distribution(r) for r in readings.values()])
             for i in sorted([*outcome.trims, *outcome.probed]):
-                k = draw_step(average[: readings[i].steps], picker)
-                jobs.append(("random", i, cut_before(outcome.originals[i], k)))
-        regenerated = self.regenerate([start for _, _, start in jobs], regen_seed)
+                jobs.append(("random", i, draw_step(average[: readings[i].steps], picker)))
+        regenerated = self.regenerate_cuts(
+            [outcome.originals[i] for _, i, _ in jobs], [k for _, _, k in jobs], regen_seed
+        )
         for (kind, i, _), traj in zip(jobs, regenerated, strict=True):
             (outcome.trims if kind == "trim" else outcome.random_cuts)[i] = traj
         outcome.probe_s = time.perf_counter() - started

@@ -83,6 +83,16 @@ def render_meta(tokenizer: object, user: str) -> tuple[str, list[int]]:
     return text, ids
 
 
+def step_action(traj: Trajectory, step: int) -> str:
+    """Step `step`'s (1-based) action as "kind: content", content lower-cased with its spaces
+    collapsed, so the same query or answer reads the same; "" past the last step."""
+    steps = split_steps(traj.segments)
+    if step > len(steps):
+        return ""
+    action = parse_action(steps[step - 1].policy.text)
+    return f"{action.kind}: {' '.join(action.content.lower().split())}"
+
+
 def cut_before(traj: Trajectory, step: int) -> Trajectory:
     """A start for regeneration from `step` (1-based): the prompt and every segment of steps
     before it, token for token with their roles; searches made in those steps kept; outcome

@@ -102,23 +102,3 @@ def test_repeats_are_counted_per_cut_and_kind_with_the_em_of_each_side() -> None
         ["oracle's step", "answer step", "3", "0.667", "0.000", "1.000"],
         ["first step", "search step", "2", "0.500", "0.000", "1.000"],
     ]
-
-
-def test_a_step_s_action_is_its_kind_and_content_case_and_spacing_aside() -> None:
-    from searchrl.types import Segment, Trajectory
-    from trim_skill import step_action
-
-    def seg(role: str, text: str) -> Segment:
-        return Segment(role=role, text=text, token_ids=[1])
-
-    traj = Trajectory(
-        id="q#0", uid="q", question="q?", golden_answers=["Paris"], prompt="", prompt_ids=[1],
-        segments=[
-            seg("policy", "<think>x</think><search> Who  Founded X </search>"),
-            seg("env", "<information>doc</information>"),
-            seg("policy", "<answer>Paris</answer>"),
-        ],
-    )  # fmt: skip
-    assert step_action(traj, 1) == "search: who founded x"
-    assert step_action(traj, 2) == "answer: paris"
-    assert step_action(traj, 3) == ""
