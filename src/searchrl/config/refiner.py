@@ -75,8 +75,9 @@ class RefinerConfig:
     again with another seed, up to this many times, and the last draw is kept. The refiner
     judged step k flawed, so taking step k's action again repeats the flaw; on the third
     meta round's Actor 35–43 % of the regenerations from the oracle's flaw step did, and
-    earned 0.00–0.14 EM against 0.51–0.60 for the others (docs/search_r2.md). The baseline
-    cuts of S_trim are regenerated the same way. 0: the paper's single draw."""
+    earned 0.00–0.14 EM against 0.51–0.60 for the others; two redraws halved the repeats and
+    lifted every cut by 0.04–0.05 EM, though a new rollout stayed ahead (docs/search_r2.md).
+    The baseline cuts of S_trim are regenerated the same way. 0: the paper's single draw."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
