@@ -253,12 +253,13 @@ def main() -> None:
             path.write_text(json.dumps(ems))
             said.write_text(json.dumps(actions))
         totals = [a + b for a, b in zip(totals, ems, strict=True)]
-        for (t, y, r), offset in zip(kept, offsets, strict=False):
+        for (t, y, r), offset in zip(kept, offsets[:-1], strict=True):
+            if y == 0:
+                continue
             kind = "answer step" if y == r.steps else "search step"
             for cut, k in (("oracle's step", y), ("first step", 1)):
-                if y > 0:
-                    job = offset + k - 1
-                    repeats.append((cut, kind, actions[job] == step_action(t, k), ems[job]))
+                job = offset + k - 1
+                repeats.append((cut, kind, actions[job] == step_action(t, k), ems[job]))
     engine.close()
     means = iter(total / args.samples for total in totals)
     gains = [[next(means) for _ in range(r.steps)] for _, _, r in kept]

@@ -323,6 +323,8 @@ class MetaRefiner:
         again (another seed per try, one batched rollout per try) and the last draw kept."""
         starts = [cut_before(t, k) for t, k in zip(trajectories, cuts, strict=True)]
         out = self.regenerate(starts, seed)
+        if not self.config.fresh_tries:  # the paper's single draw: no parsing on the hot path
+            return out
         cut_actions = [step_action(t, k) for t, k in zip(trajectories, cuts, strict=True)]
         for attempt in range(1, self.config.fresh_tries + 1):
             again = [
