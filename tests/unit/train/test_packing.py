@@ -14,7 +14,7 @@ from tests.unit.train.fakes import questions, scripted_rollout, tiny_llama
 from searchrl.algo.losses import aggregate, make_loss_weights, token_mean_weights, training_mask
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import batched_logprobs, forward_logprobs
-from searchrl.train.models import Critic
+from searchrl.train.models import Critic, enable_checkpointing
 from searchrl.train.packing import PACKED_SDPA, enable_packing, micro_batches, pack
 from searchrl.train.update import Experience, UpdateSettings, optimize, policy_micro_loss
 from searchrl.types import Trajectory
@@ -113,7 +113,7 @@ def test_packed_and_padded_give_the_same_sft_loss_and_gradients(
     packed_model = tiny_llama()
     padded_model = _padded_twin(packed_model)
     if checkpointing:  # recomputation in backward must see the packed attention too
-        packed_model.activation_checkpointing_enable({"use_reentrant": False})
+        enable_checkpointing(packed_model)
     packed_model.train()
     padded_model.train()
     trajs = _trajectories(shared)
