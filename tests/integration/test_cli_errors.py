@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from searchrl.cli import app
 from searchrl.config.eval import EvalConfig
+from searchrl.config.model import ModelConfig
 from searchrl.eval.harness import _run_record, retriever_identity
 from searchrl.retrieval.index import build_index, load_index
 
@@ -63,9 +64,12 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _eval_folder(folder: Path, retriever: dict) -> None:
-    """An evaluation folder as `searchrl eval --method rag --index index2` leaves it."""
+    """An evaluation folder as `searchrl eval --method rag --index index2` leaves it, on the
+    HF engine the in-process CLI resolves `auto` to (module fixtures run before the autouse
+    patch that keeps vLLM out, so `auto` here would name vLLM where it is installed)."""
     folder.mkdir()
-    record = {**_run_record(EvalConfig(method="rag"), retriever), "loaded_engine": "HFBackend"}
+    config = EvalConfig(method="rag", model=ModelConfig(backend="hf"))
+    record = {**_run_record(config, retriever), "loaded_engine": "HFBackend"}
     (folder / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     row = {"id": "qa:1", "set": "qa", "question": QA["question"], "em": 1.0, "f1": 1.0,
            "subem": 1.0, "prediction": "Ada", "golden_answers": ["Ada"], "documents": {},

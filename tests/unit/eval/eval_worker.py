@@ -14,6 +14,7 @@ from rollout_fakes import ScriptedBackend
 from transformers import AutoTokenizer
 
 from searchrl.config.eval import EvalConfig
+from searchrl.config.model import ModelConfig
 from searchrl.eval.harness import Resources, evaluate
 from searchrl.models.loading import Policy
 from searchrl.types import Question
@@ -43,7 +44,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     policy = Policy(SlowBackend(tokenizer, float(pause)), tokenizer, None)
     resources = Resources(open_retriever=lambda: None, load_policy=lambda: policy)
-    config = EvalConfig(method="direct", batch_size=int(batch), progress=False)
+    # The scripted backend stands in for HF, as in the parent's resume (where a conftest patch
+    # keeps `auto` off vLLM); naming it keeps the two records equal where vLLM is installed.
+    model = ModelConfig(backend="hf")
+    config = EvalConfig(method="direct", batch_size=int(batch), progress=False, model=model)
     evaluate(config, questions(int(n)), Path(out), resources)
 
 

@@ -185,7 +185,8 @@ def test_killed_evaluation_restarts_where_it_stopped(tokenizer, tmp_path) -> Non
     counting = Counting(tokenizer)
     counting.backend = SlowBackend(tokenizer, 0.0)
     counting.policy = Policy(counting.backend, tokenizer, None)
-    summary = evaluate(config(batch_size=2), questions(12), out, counting.resources())
+    resumed = config(batch_size=2, model=ModelConfig(backend="hf"))  # as eval_worker.py's
+    summary = evaluate(resumed, questions(12), out, counting.resources())
     after = [r["id"] for r in rows(out)]
     assert after[: len(before)] == before  # finished rows were kept, not redone
     assert sorted(after) == sorted(f"toy:{i}" for i in range(12)) and len(after) == 12
