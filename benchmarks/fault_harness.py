@@ -68,10 +68,9 @@ def prepare(work: Path, tokenizer_cache: Path | None = None) -> Setup:
 
 def train_overrides(setup: Setup, steps: int) -> list[str]:
     """A GRPO run small enough for seconds per step on one CPU thread; one rollout round per
-    step (no dynamic sampling), so fault counts per step are known. On the HF engine: vLLM-CPU's
-    attention refuses the tiny model's head size (8), and `auto` picks vLLM where installed."""
+    step (no dynamic sampling), so fault counts per step are known."""
     return [
-        "algo.dynamic_sampling=false", "model.backend=hf",
+        "algo.dynamic_sampling=false",
         f"model.name_or_path={setup.model}", "model.generation_dtype=auto", f"steps={steps}",
         "batch_size=2", "n_samples=2", "mini_batch_size=2", "micro_batch_size=4",
         "save_every=1", "keep_checkpoints=2", "data.eval_size=2", f"data.world_dir={setup.world}",

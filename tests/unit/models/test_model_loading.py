@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from searchrl.models.loading import (
     resolve_source,
     tiny_model,
 )
+from searchrl.utils.errors import SearchRLError
 
 
 def test_embedded_default_is_the_packaged_gguf() -> None:
@@ -78,3 +80,26 @@ def test_auto_backend_is_vllm_wherever_installed(monkeypatch) -> None:
         assert resolve_backend(ModelConfig(device="cpu")) == expected, (installed, native)
         for explicit in ("hf", "ct2", "vllm"):
             assert resolve_backend(ModelConfig(backend=explicit, device="cpu")) == explicit
+
+
+@pytest.mark.parametrize(("hidden", "heads", "runs"), [(32, 4, False), (256, 4, True)])
+def test_a_head_size_vllm_cpu_cannot_run_stays_on_hf(
+    monkeypatch, tmp_path, hidden: int, heads: int, runs: bool
+) -> None:
+    """A tiny model (head size 8) under `auto` with vLLM installed used to start vLLM-CPU,
+    whose engine core then died at the first forward pass ("internal error (a bug):
+    EngineDeadError"); now `auto` keeps it on HF and `backend=vllm` is one clear error."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = {"hidden_size": hidden, "num_attention_heads": heads, "model_type": "llama"}
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: True)
+    model = ModelConfig(name_or_path=str(folder), device="cpu")
+    assert resolve_backend(model) == ("vllm" if runs else "hf")
+    explicit = ModelConfig(name_or_path=str(folder), device="cpu", backend="vllm")
+    if runs:
+        assert resolve_backend(explicit) == "vllm"
+    else:
+        with pytest.raises(SearchRLError, match="does not run head size 8"):
+            resolve_backend(explicit)
+    assert resolve_backend(ModelConfig(device="cpu")) == "vllm"  # the embedded SmolLM2: 64

@@ -8,23 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from transformers import PreTrainedTokenizerBase
 
 from searchrl.config.model import ModelConfig
 from searchrl.models import loading, vllm_backend
+from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend
 
 
 def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    tiny: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     """vLLM logged "ERROR ... Error parsing config for /tmp/searchrl-tokenizer-…: Should have
     a `model_type` key" at every start (twice, with retries), and the folder was never removed."""
     model_dir = tmp_path / "model"
+    tiny = tiny_model(tokenizer, hidden_size=128, num_layers=1, seed=0)  # head size 32: vLLM-CPU's
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     seen: dict[str, Any] = {}
