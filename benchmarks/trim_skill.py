@@ -32,7 +32,8 @@ are written to `--out` as they finish; a rerun reads them back and goes on.
 A third table asks why a cut can lose to a new rollout: for each flawed transcript, cut at the
 oracle's step and at step 1, how often the regenerated step repeats the original's action
 (the same query or the same answer, case and spacing aside) and the EM of the regenerations
-that repeat it against those that do not. `--fresh-tries N` regenerates as
+that repeat it against those that do not. A fourth compares cuts one or two steps before and
+after the oracle's with a new rollout on the same transcripts. `--fresh-tries N` regenerates as
 `refiner.fresh_tries=N` does (a repeat is drawn again, up to N times; files named `_freshN`).
 """
 
@@ -169,6 +170,36 @@ def kind_table(readings: list[Reading], labels: list[int], gains: list[list[floa
     return lines
 
 
+def offset_table(
+    labels: list[int], gains: list[list[float]], questions: list[str], offsets: range
+) -> list[str]:
+    """Expected EM of a cut `d` steps from the oracle's (k = y + d, where 1 ≤ k ≤ T) against a
+    new rollout on the same flawed transcripts: whether cutting before the named flaw, where
+    the context that produced it is formed, repairs more than cutting at it."""
+    lines = [
+        "| cut at | transcripts | expected EM | first step, same transcripts "
+        "| − first step (95 %) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for d in offsets:
+        rows = [
+            (g[y + d - 1], g[0], q)
+            for y, g, q in zip(labels, gains, questions, strict=True)
+            if y > 0 and 1 <= y + d <= len(g)
+        ]
+        if not rows:
+            continue
+        diffs = [cut - first for cut, first, _ in rows]
+        est = cluster_mean_ci(diffs, [q for *_, q in rows], resamples=2000, confidence=0.95, seed=0)
+        name = "oracle's step" + (f" {d:+d}" if d else "")
+        lines.append(
+            f"| {name} | {len(rows)} | {np.mean([c for c, _, _ in rows]):.3f} "
+            f"| {np.mean([f for _, f, _ in rows]):.3f} "
+            f"| {est.mean:+.3f} ({est.low:+.3f}, {est.high:+.3f}) |"
+        )
+    return lines
+
+
 def repeat_table(rows: list[tuple[str, str, bool, float]]) -> list[str]:
     """Rows (cut, flaw kind, regeneration repeats the original's action, its EM) → per cut
     and kind: regenerations, share that repeat, EM of those that repeat and of the others."""
@@ -272,7 +303,7 @@ def main() -> None:
     uids = [t.uid for t, _, _ in kept]
     readings, labels = [r for _, _, r in kept], [y for _, y, _ in kept]
     lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
-    lines += ["", *repeat_table(repeats)]
+    lines += ["", *repeat_table(repeats), "", *offset_table(labels, gains, uids, range(-2, 2))]
     print("\n".join(lines))
     (args.out / f"{args.set}{fresh}_table.md").write_text("\n".join(lines) + "\n")
 

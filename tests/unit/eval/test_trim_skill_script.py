@@ -102,3 +102,19 @@ def test_repeats_are_counted_per_cut_and_kind_with_the_em_of_each_side() -> None
         ["oracle's step", "answer step", "3", "0.667", "0.000", "1.000"],
         ["first step", "search step", "2", "0.500", "0.000", "1.000"],
     ]
+
+
+def test_cuts_before_and_after_the_oracle_s_step_against_a_new_rollout() -> None:
+    from trim_skill import offset_table
+
+    # Flawed at step 3 of 3 and at step 2 of 2; the clean transcript (label 0) is left out.
+    labels = [3, 2, 0]
+    gains = [[0.5, 1.0, 0.0], [0.25, 0.0], [1.0, 1.0]]
+    rows = _cells(offset_table(labels, gains, ["a", "b", "c"], range(-2, 2)))
+    assert set(rows) == {"oracle's step -2", "oracle's step -1", "oracle's step"}  # no step 4
+    assert rows["oracle's step -2"][:3] == ["1", "0.500", "0.500"]  # k = 1 is the first step
+    assert rows["oracle's step -2"][3].startswith("+0.000")
+    assert rows["oracle's step -1"][:3] == ["2", "0.625", "0.375"]  # k = 2 and k = 1
+    assert rows["oracle's step -1"][3].startswith("+0.250")
+    assert rows["oracle's step"][:3] == ["2", "0.000", "0.375"]
+    assert rows["oracle's step"][3].startswith("-0.375")
