@@ -87,7 +87,9 @@ def prune(root: Path, keep: int) -> None:
     land mid-way and leave a visible `step_*` folder with half its files, which would count
     as a checkpoint; a kill now leaves at most a hidden `.trash_*`, removed by the next prune."""
     for old in _complete_steps(root)[:-keep] if keep > 0 else []:
-        os.replace(old, root / f".trash_{old.name}")
+        trash = root / f".trash_{old.name}"
+        shutil.rmtree(trash, ignore_errors=True)  # a leftover of the same name blocks the rename
+        os.replace(old, trash)
     for stale in [*root.glob(".trash_step_*"), *root.glob(".tmp_step_*")]:
         shutil.rmtree(stale, ignore_errors=True)
 
