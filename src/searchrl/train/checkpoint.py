@@ -56,15 +56,7 @@ def save_checkpoint(root: Path, step: int, parts: dict[str, Any], keep: int) -> 
         raise CheckpointError(
             f"could not save checkpoint {final.name} in {root}: {reason}; {kept}"
         ) from err
-    if final.exists():  # a rerun of this step after a resume: hide the old copy, then drop it
-        trash = root / f".trash_{final.name}"
-        shutil.rmtree(trash, ignore_errors=True)
-        os.replace(final, trash)
-    os.replace(tmp, final)
-    pointer = root / f".{LATEST}.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, root / LATEST)
-    prune(root, keep)
+    publish(root, tmp, final, keep)
     return final
 
 
@@ -81,17 +73,42 @@ def _complete_steps(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("step_*") if p.is_dir())
 
 
+def publish(root: Path, tmp: Path, final: Path, keep: int) -> None:
+    """Rename the complete checkpoint `tmp` into place as `final`, point `LATEST` at it and
+    keep the newest `keep`. The older ones that must go are hidden *before* the new one
+    appears, so a kill at any moment shows at most `keep` checkpoints (with keep=1 there is
+    a moment with two: never zero), and `LATEST` names a complete one throughout."""
+    if keep > 1:
+        _hide(root, keep - 1)
+    if final.exists():  # a rerun of this step after a resume: hide the old copy, then drop it
+        _hide_one(root, final)
+    os.replace(tmp, final)
+    pointer = root / f".{LATEST}.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / LATEST)
+    prune(root, keep)
+
+
 def prune(root: Path, keep: int) -> None:
     """Keep the newest `keep` checkpoints. Each older one is first renamed out of sight (one
     atomic rename) and only then deleted: deleting in place takes long enough for a kill to
     land mid-way and leave a visible `step_*` folder with half its files, which would count
     as a checkpoint; a kill now leaves at most a hidden `.trash_*`, removed by the next prune."""
-    for old in _complete_steps(root)[:-keep] if keep > 0 else []:
-        trash = root / f".trash_{old.name}"
-        shutil.rmtree(trash, ignore_errors=True)  # a leftover of the same name blocks the rename
-        os.replace(old, trash)
+    _hide(root, keep)
     for stale in [*root.glob(".trash_step_*"), *root.glob(".tmp_step_*")]:
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def _hide(root: Path, keep: int) -> None:
+    """Rename all but the newest `keep` checkpoints out of sight (keep=0 keeps them all)."""
+    for old in _complete_steps(root)[:-keep] if keep > 0 else []:
+        _hide_one(root, old)
+
+
+def _hide_one(root: Path, old: Path) -> None:
+    trash = root / f".trash_{old.name}"
+    shutil.rmtree(trash, ignore_errors=True)  # a leftover of the same name blocks the rename
+    os.replace(old, trash)
 
 
 def latest_checkpoint(root: Path) -> Path | None:

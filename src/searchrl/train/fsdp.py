@@ -15,7 +15,6 @@ and `LATEST` updated only after all ranks are done, as for single-process checkp
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -98,12 +97,7 @@ def save_checkpoint(root: Path, trainer: Any, small_parts: dict[str, Any], keep:
             torch.save(state, tmp / f"{name}.pt")
     barrier()
     if rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        pointer = root / f".{ckpt.LATEST}.tmp"
-        pointer.write_text(final.name)
-        os.replace(pointer, root / ckpt.LATEST)
-        ckpt.prune(root, keep)
+        ckpt.publish(root, tmp, final, keep)
     barrier()
     return final
 

@@ -117,3 +117,34 @@ def test_resume_drops_later_rows_and_a_row_torn_by_a_kill(tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary left
     writer.write(2, {"reward/em": 0.5})
     assert log.read_text().splitlines()[-1] == '{"step": 2, "reward/em": 0.5}'
+
+
+def test_a_kill_just_after_the_new_checkpoint_appears_shows_at_most_keep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI again saw three `step_*` folders with keep=2: the kill landed after the new
+    checkpoint was renamed into place and before the oldest was pruned. The oldest is now
+    hidden before the new one appears; `LATEST` still names a complete checkpoint."""
+    for step in (1, 2):
+        ckpt.save_checkpoint(tmp_path, step, {"trainer": {"step": step}}, keep=2)
+    real_replace = ckpt.os.replace
+
+    def killed_at_latest(src: Any, dst: Any) -> None:
+        if Path(dst).name == ckpt.LATEST:
+            raise SystemExit(-9)  # the new folder is in place, LATEST not yet moved
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", killed_at_latest)
+    with pytest.raises(SystemExit):
+        ckpt.save_checkpoint(tmp_path, 3, {"trainer": {"step": 3}}, keep=2)
+    monkeypatch.setattr(ckpt.os, "replace", real_replace)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_000002", "step_000003"]
+    latest = ckpt.latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "step_000002"
+    assert ckpt.load_checkpoint(latest)["trainer"]["step"] == 2
+
+
+def test_keep_zero_keeps_every_checkpoint(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        ckpt.save_checkpoint(tmp_path, step, {"trainer": {"step": step}}, keep=0)
+    assert len(list(tmp_path.glob("step_*"))) == 3
