@@ -34,7 +34,8 @@ oracle's step and at step 1, how often the regenerated step repeats the original
 (the same query or the same answer, case and spacing aside) and the EM of the regenerations
 that repeat it against those that do not. A fourth compares cuts one or two steps before and
 after the oracle's with a new rollout on the same transcripts. `--fresh-tries N` regenerates as
-`refiner.fresh_tries=N` does (a repeat is drawn again, up to N times; files named `_freshN`).
+`refiner.fresh_tries=N` does (a repeat is drawn again, up to N times; files named `_freshN`),
+`--regen-temperature T` as `refiner.regen_temperature=T` does (files named `_tT`).
 """
 
 from __future__ import annotations
@@ -234,6 +235,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="transcripts (0: all)")
     parser.add_argument("--fresh-tries", type=int, default=0, help="refiner.fresh_tries: "
                         "redraw a regeneration that repeats the cut step's action")  # fmt: skip
+    parser.add_argument(
+        "--regen-temperature",
+        type=float,
+        default=0.0,
+        help="refiner.regen_temperature: the continuations' temperature (0: the rollout's)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -257,7 +264,8 @@ def main() -> None:
     retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
     refiner = MetaRefiner(
         module, tokenizer, engine, retriever, config.rollout,
-        RefinerConfig(fresh_tries=args.fresh_tries), pad,
+        RefinerConfig(fresh_tries=args.fresh_tries, regen_temperature=args.regen_temperature),
+        pad,
     )  # fmt: skip
     read = refiner.read([t for t, _ in pairs])
     kept = [(t, y, r) for (t, y), r in zip(pairs, read, strict=True) if r is not None]
@@ -268,6 +276,7 @@ def main() -> None:
     offsets = np.cumsum([0] + [r.steps for _, _, r in kept]).tolist()
     repeats: list[tuple[str, str, bool, float]] = []
     fresh = f"_fresh{args.fresh_tries}" if args.fresh_tries else ""
+    fresh += f"_t{args.regen_temperature:g}" if args.regen_temperature else ""
     for sample in range(args.samples):
         path = args.out / f"{args.set}{fresh}_s{sample}.json"
         said = path.with_name(f"{path.stem}_actions.json")

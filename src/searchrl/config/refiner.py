@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from searchrl.config.checks import Fraction, NonNegativeInt, Range
+from searchrl.config.checks import Fraction, NonNegativeFloat, NonNegativeInt, Range
 from searchrl.config.errors import ConfigError
 
 Revisions = Annotated[int, Range(ge=1, le=16)]
@@ -78,6 +78,13 @@ class RefinerConfig:
     earned 0.00–0.14 EM against 0.51–0.60 for the others; two redraws halved the repeats and
     lifted every cut by 0.04–0.05 EM, though a new rollout stayed ahead (docs/search_r2.md).
     The baseline cuts of S_trim are regenerated the same way. 0: the paper's single draw."""
+
+    regen_temperature: NonNegativeFloat = 0.0
+    """Temperature of the cut trajectory's continuation; 0 samples it at the rollout's
+    temperature (the paper). On the meta rounds' Actors a continuation from the kept prefix
+    repeats the flawed step 35–51 % of the time (`benchmarks/trim_skill.py`), so a kept prefix
+    of any length lost EM to a new rollout: a hotter regeneration draws further from the
+    original (docs/search_r2.md says what it bought). Trims and S_trim's baseline cuts alike."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose

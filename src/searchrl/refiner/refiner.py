@@ -12,7 +12,8 @@ Departures, on purpose:
 - A regeneration is sampled with its own seed per round (`regeneration_seed`): the rollout
   engine seeds each turn from (seed, trajectory id, turn), so the step's own seed would
   reproduce the very suffix that was cut away. It is sampled at the rollout temperature even
-  when the first pass was greedy (evaluation), for the same reason.
+  when the first pass was greedy (evaluation), for the same reason, or at
+  `refiner.regen_temperature` where that is set.
 - For the diagnostics the paper proposes but never measured, two probes run after refining
   (generated, scored, never trained on): a share of the accepted trajectories is trimmed too
   (J_trim for the selection precision A_prec), and every trajectory trimmed in the first round
@@ -347,6 +348,8 @@ class MetaRefiner:
             for t in starts
         ]
         config = self.rollout_config
+        if self.config.regen_temperature:
+            config = replace(config, temperature=self.config.regen_temperature)
         if self.backend is None:
             raise ValueError("this Meta-Refiner has no generation backend to regenerate with")
         if config.temperature <= 0:

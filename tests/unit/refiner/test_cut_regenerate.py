@@ -5,6 +5,7 @@ token ids; the refinement record says what happened."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -165,6 +166,42 @@ def test_greedy_regeneration_is_refused(
     refiner = MetaRefiner(tiny, tokenizer, backend, retriever, greedy, config, 0)
     with pytest.raises(ValueError, match="temperature"):
         refiner.refine([traj], seed=0, greedy=True)
+
+
+class _Temperatures(ScriptedBackend):
+    """Records each generated row's sampling temperature."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        super().__init__(tokenizer, Script())
+        self.temperatures: list[float] = []
+
+    def generate(self, prompts: Any, params: Any) -> Any:
+        self.temperatures.extend(p.temperature for p in params)
+        return super().generate(prompts, params)
+
+
+@pytest.mark.parametrize(("regen", "rollout", "drawn"), [(0.0, 0.7, 0.7), (1.5, 0.7, 1.5)])
+def test_a_regeneration_is_drawn_at_regen_temperature_where_set(
+    tokenizer: PreTrainedTokenizerBase,
+    tiny: torch.nn.Module,
+    regen: float,
+    rollout: float,
+    drawn: float,
+) -> None:
+    """0 keeps the rollout's temperature (the paper); a set one applies to the continuation
+    only: the kept prefix is the original's, token for token."""
+    backend = _Temperatures(tokenizer)
+    retriever = DictRetriever(DOCS)
+    question = Question(uid="q1", question="Who designed it?", golden_answers=("A2",))
+    sampled = replace(RolloutConfig(), temperature=rollout)
+    (traj,) = run_rollouts(backend, tokenizer, retriever, [question], sampled)
+    assert backend.temperatures == [rollout] * 3
+    config = RefinerConfig(enabled=True, regen_temperature=regen)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, sampled, config, 0)
+    (cut,) = refiner.regenerate_cuts([traj], [2], seed=3)
+    assert backend.temperatures[3:] == [drawn] * 2  # step 2's search, then the answer
+    kept = cut_before(traj, 2).segments
+    assert cut.segments[: len(kept)] == kept and cut.answer == "A2"
 
 
 def test_chat_shows_decision_cut_and_suffix(
