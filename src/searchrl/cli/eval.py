@@ -110,7 +110,7 @@ def _resources(
     return Resources(
         open_retriever=lambda: open_retriever(index, url),
         load_policy=lambda: load_policy(
-            config.model, max_model_len=config.rollout.max_total_tokens
+            config.model, max_model_len=config.rollout.max_total_tokens, seed=config.seed
         ),
         retriever=identity,
     )

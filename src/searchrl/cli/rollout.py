@@ -168,7 +168,7 @@ def rollout(
     from searchrl.rollout.runner import rollout_to_file
 
     retriever = _open_engine(index, url)
-    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens)
+    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens, seed=seed)
     with progress_bar("rollout", len(questions), console=console, unit="questions") as advance:
         summary = rollout_to_file(
             policy, retriever, questions, rollout_config, out, n_samples=n, seed=seed,
@@ -206,7 +206,7 @@ def chat(
     console.print(
         f"loading {model_config.name_or_path} ({current_threads().describe()}) …", style="dim"
     )
-    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens)
+    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens, seed=seed)
     console.print("Ask a question (Ctrl-D to quit).", style="bold")
 
     for number, line in enumerate(sys.stdin, start=1):

@@ -105,5 +105,7 @@ class ModelConfig:
     overlapped training the trainer shares those cores with the engine."""
 
     vllm_seed: int = 0
-    """vLLM's one random stream is seeded with this when the engine starts (per-request seeds
-    crash its CPU build under chunked prefill; see `models.vllm_backend`)."""
+    """vLLM's one random stream is seeded with this plus the run's seed (`seed` of train, sft,
+    eval, `rollout --seed`) when the engine starts: per-request seeds crash its CPU build under
+    chunked prefill (see `models.vllm_backend`), so the run's seed reaches the samples only
+    through the engine's stream."""

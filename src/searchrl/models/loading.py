@@ -143,11 +143,12 @@ class Policy:
     model: PreTrainedModel | None
 
 
-def load_policy(config: ModelConfig, *, max_model_len: int) -> Policy:
+def load_policy(config: ModelConfig, *, max_model_len: int, seed: int = 0) -> Policy:
     """Load the model named by `config` behind the backend it asks for. `max_model_len` is
-    the longest sequence a rollout can build (vLLM sizes its KV cache with it)."""
+    the longest sequence a rollout can build (vLLM sizes its KV cache with it); `seed` is the
+    run's (see `seeded_engine`)."""
     if resolve_backend(config) == "vllm":
-        return _vllm_policy(config, max_model_len)
+        return _vllm_policy(seeded_engine(config, seed), max_model_len)
     loaded = load_model(config)
     backend = generation_backend(config, loaded.model, loaded.tokenizer)
     return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
@@ -182,6 +183,14 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
     )
     backend.remove_on_close(Path(tokenizer_dir))
     return Policy(backend=backend, tokenizer=tokenizer, model=None)
+
+
+def seeded_engine(config: ModelConfig, seed: int) -> ModelConfig:
+    """`config` with vLLM's engine seed offset by the run's `seed`. vLLM on a CPU takes no
+    per-request seeds (see `models.vllm_backend`), so without this every engine started
+    the same stream: `rollout --seed 1` and `--seed 2` gave the same samples, and
+    `refiner_gate.py`'s draws per question, each on a new engine, were one draw repeated."""
+    return replace(config, vllm_seed=config.vllm_seed + seed)
 
 
 def resolve_backend(config: ModelConfig) -> str:

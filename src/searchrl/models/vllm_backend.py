@@ -108,7 +108,7 @@ def engine_kwargs(
         "model": model,
         "tokenizer": tokenizer_dir,
         "dtype": dtype,
-        "seed": config.vllm_seed,
+        "seed": config.vllm_seed % 2**31,
         "max_model_len": max_model_len,
         "enable_prefix_caching": True,
         "enforce_eager": config.vllm_enforce_eager,

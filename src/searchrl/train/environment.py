@@ -23,6 +23,7 @@ from searchrl.models.loading import (
     generation_backend,
     load_model,
     resolve_backend,
+    seeded_engine,
 )
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
@@ -97,14 +98,16 @@ def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, ob
 
 
 def make_backend(
-    model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int
+    model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int, *, seed: int = 0
 ) -> GenerationBackend:
     """The generation engine for rollouts: HF with a bf16 copy, CTranslate2 or vLLM (CPU or
     GPU), as `resolve_backend` picks, started on the current policy weights, then re-synced
-    after every update by `sync_generation_weights`."""
+    after every update by `sync_generation_weights`. `seed` is the run's: HF and CTranslate2
+    seed each row from it per call, vLLM's one stream starts from it (`seeded_engine`)."""
     if resolve_backend(model) == "vllm":
         from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
 
+        model = seeded_engine(model, seed)
         device = next(policy.parameters()).device
         return VLLMBackend.from_module(
             merged_for_export(policy),

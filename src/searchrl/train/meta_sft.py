@@ -164,8 +164,12 @@ def labelled_rollouts(
 ) -> list[tuple[Trajectory, int]]:
     """Rolls out every (question, samples, seed) job at the rollout temperature, in chunks
     of `ROLLOUT_CHUNK` questions, and labels each rollout with the oracle (also kept as
-    `metrics["flaw_step"]`, so saved rollouts carry their labels)."""
-    backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    `metrics["flaw_step"]`, so saved rollouts carry their labels). A vLLM engine's one
+    stream starts from the first job's seed, so calls with other seeds draw differently."""
+    seed = jobs[0][2] if jobs else config.seed
+    backend = make_backend(
+        config.model, policy, tokenizer, config.rollout.max_total_tokens, seed=seed
+    )
     rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
     out: list[Trajectory] = []
     with progress_bar(label, len(jobs), unit="questions") as advance:

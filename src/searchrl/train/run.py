@@ -233,7 +233,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
-    engine = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+    engine = make_backend(
+        config.model, policy, tokenizer, config.rollout.max_total_tokens, seed=config.seed
+    )
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)
     rollout = make_rollout_fn(

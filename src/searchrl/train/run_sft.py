@@ -53,7 +53,9 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
                 refs, config.source, tokenizer, use_chat, env.retriever, config.rollout.topk
             )
     else:
-        backend = make_backend(config.model, policy, tokenizer, config.rollout.max_total_tokens)
+        backend = make_backend(
+            config.model, policy, tokenizer, config.rollout.max_total_tokens, seed=config.seed
+        )
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)

@@ -103,3 +103,25 @@ def test_a_head_size_vllm_cpu_cannot_run_stays_on_hf(
         with pytest.raises(SearchRLError, match="does not run head size 8"):
             resolve_backend(explicit)
     assert resolve_backend(ModelConfig(device="cpu")) == "vllm"  # the embedded SmolLM2: 64
+
+
+def test_the_run_s_seed_reaches_the_vllm_engine(monkeypatch: pytest.MonkeyPatch, tokenizer) -> None:
+    """vLLM on a CPU takes no per-request seeds, so the run's seed must start the engine's
+    stream (every engine used to start from `vllm_seed` alone: `rollout --seed` changed
+    nothing, and a new engine per draw repeated the draw). The real engines' draws are
+    compared in test_model_vllm.py where vLLM is installed."""
+    from searchrl.models.vllm_backend import VLLMBackend
+    from searchrl.train import environment
+
+    seen: list[int] = []
+    monkeypatch.setattr(loading, "resolve_backend", lambda config: "vllm")
+    monkeypatch.setattr(loading, "_vllm_policy", lambda config, n: seen.append(config.vllm_seed))
+    loading.load_policy(ModelConfig(vllm_seed=5), max_model_len=64, seed=3)
+    loading.load_policy(ModelConfig(vllm_seed=5), max_model_len=64)
+    monkeypatch.setattr(environment, "resolve_backend", lambda config: "vllm")
+    monkeypatch.setattr(
+        VLLMBackend, "from_module", lambda module, tok, config, **kw: seen.append(config.vllm_seed)
+    )
+    policy = loading.tiny_model(tokenizer, hidden_size=16, num_layers=1, seed=0)
+    environment.make_backend(ModelConfig(vllm_seed=5), policy, tokenizer, 64, seed=2)
+    assert seen == [8, 5, 7]

@@ -238,6 +238,30 @@ def test_engine_settings_are_the_same_on_every_platform() -> None:
     assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["block_size"] == 32
 
 
+def test_the_run_s_seed_starts_each_engine_on_its_own_stream(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """vLLM on a CPU has one stream per engine; every engine used to start it from the same
+    seed, so `refiner_gate.py`'s four draws per question, each on a new engine, were one draw
+    four times (and `rollout --seed` changed nothing). The run's seed now offsets it."""
+    from searchrl.train.environment import make_backend
+
+    model = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=1)  # flat: samples vary
+    config = replace(ENGINE, backend="vllm", generation_dtype="float32")
+    prompt = encode(tokenizer, PROMPTS[1])
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0)]
+    draws: dict[int, list[list[list[int]]]] = {}
+    for seed in (0, 0, 1):
+        engine = make_backend(config, model, tokenizer, 256, seed=seed)
+        try:  # one row per call: rows batched together consume the stream in any order
+            rows = [engine.generate([prompt], params)[0].token_ids for _ in range(3)]
+        finally:
+            engine.close()  # type: ignore[attr-defined]
+        draws.setdefault(seed, []).append(rows)
+    assert draws[0][0] == draws[0][1]  # a seed still reproduces its draw
+    assert draws[1][0] != draws[0][0]
+
+
 EXITS_WITHOUT_CLOSE = """
 import sys
 from transformers import AutoTokenizer
