@@ -102,8 +102,9 @@ def make_backend(
 ) -> GenerationBackend:
     """The generation engine for rollouts: HF with a bf16 copy, CTranslate2 or vLLM (CPU or
     GPU), as `resolve_backend` picks, started on the current policy weights, then re-synced
-    after every update by `sync_generation_weights`. `seed` is the run's: HF and CTranslate2
-    seed each row from it per call, vLLM's one stream starts from it (`seeded_engine`)."""
+    after every update by `sync_generation_weights`. `seed` is the run's; only vLLM takes it
+    here, whose one stream starts from it (`seeded_engine`): HF and CTranslate2 rows are
+    seeded per call by the rollout's seed."""
     if resolve_backend(model) == "vllm":
         from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
 
