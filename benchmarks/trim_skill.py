@@ -275,10 +275,10 @@ def main() -> None:
     totals = [0.0] * len(jobs)
     offsets = np.cumsum([0] + [r.steps for _, _, r in kept]).tolist()
     repeats: list[tuple[str, str, bool, float]] = []
-    fresh = f"_fresh{args.fresh_tries}" if args.fresh_tries else ""
-    fresh += f"_t{args.regen_temperature:g}" if args.regen_temperature else ""
+    variant = f"_fresh{args.fresh_tries}" if args.fresh_tries else ""
+    variant += f"_t{args.regen_temperature:g}" if args.regen_temperature else ""
     for sample in range(args.samples):
-        path = args.out / f"{args.set}{fresh}_s{sample}.json"
+        path = args.out / f"{args.set}{variant}_s{sample}.json"
         said = path.with_name(f"{path.stem}_actions.json")
         if (
             path.is_file()
@@ -314,7 +314,7 @@ def main() -> None:
     lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
     lines += ["", *repeat_table(repeats), "", *offset_table(labels, gains, uids, range(-2, 2))]
     print("\n".join(lines))
-    (args.out / f"{args.set}{fresh}_table.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{args.set}{variant}_table.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -80,11 +80,11 @@ class RefinerConfig:
     The baseline cuts of S_trim are regenerated the same way. 0: the paper's single draw."""
 
     regen_temperature: NonNegativeFloat = 0.0
-    """Temperature of the cut trajectory's continuation; 0 samples it at the rollout's
-    temperature (the paper). On the meta rounds' Actors a continuation from the kept prefix
-    repeats the flawed step 35–51 % of the time (`benchmarks/trim_skill.py`), so a kept prefix
-    of any length lost EM to a new rollout: a hotter regeneration draws further from the
-    original (docs/search_r2.md says what it bought). Trims and S_trim's baseline cuts alike."""
+    """Temperature of the cut trajectory's continuation (trims and S_trim's baseline cuts
+    alike); 0 samples it at the rollout's temperature (the paper). A continuation from the
+    kept prefix repeats the flawed step 24–51 % of the time (`benchmarks/trim_skill.py`); a
+    hotter one repeats it less but writes worse otherwise: on the tour's warm start no
+    temperature from 0.7 to 1.3 made a cut beat a new rollout at 1.0 (docs/search_r2_log.md)."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose
