@@ -88,6 +88,14 @@ class SFTConfig:
     """Actor references (its SFT examples, else the world's solved train references) replayed
     per meta example in the meta phase, each meta example weighted like a reference. Without
     them the Actor answered "0" to every search prompt (docs/search_r2.md)."""
+    meta_replay_from: Literal["references", "rollouts"] = "references"
+    """What the meta phase replays. `references`: the Actor's SFT examples (or the world's
+    solved references), which go on teaching the Actor, so it moves after its rollouts were
+    labelled (one Actor's EM doubled) and the refiner then reads an Actor it never saw.
+    `rollouts`: the Actor's own train rollouts, all of them as sampled; trained on, samples
+    of the Actor minimise KL(Actor ‖ model), so they hold the Actor where its labelled
+    rollouts were drawn and teach it nothing new (with `meta_rollouts_from`, those saved
+    rollouts: they hold the model near the Actor that drew them)."""
     meta_train_layers: NonNegativeInt = 0
     """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
     final norm (as `policy.train_layers`, for this phase alone): a cheaper backward pass."""
@@ -118,6 +126,13 @@ class SFTConfig:
                     raise ConfigError(
                         f"meta_rollouts_from: {folder / 'trajectories' / name} does not exist"
                     )
+        if self.meta_replay_from == "rollouts" and not (
+            self.meta_rollouts or self.meta_rollouts_from
+        ):
+            raise ConfigError(
+                "meta_replay_from: rollouts replays the Actor's own rollouts; "
+                "give meta_rollouts or meta_rollouts_from"
+            )
         if self.meta_train_layers and self.policy.lora_rank:
             raise ConfigError("meta_train_layers: freezes full weights; not with policy.lora_rank")
 

@@ -119,15 +119,16 @@ def replayed_references(
     tokenizer: object,
     actor: Sequence[Trajectory],
     n_meta: int,
+    own: Sequence[Trajectory] = (),
 ) -> list[Trajectory]:
-    """`meta_replay` × `n_meta` Actor references to train alongside the meta examples (see
-    `SFTConfig.meta_replay`): the Actor's own SFT examples, or the world's solved train
-    references when it had no phase here; drawn without repeats until the pool is used up.
-    Seeded."""
+    """`meta_replay` × `n_meta` Actor examples to train alongside the meta examples (see
+    `SFTConfig.meta_replay`): with `meta_replay_from: rollouts` the Actor's `own` train
+    rollouts, else its SFT examples, or the world's solved train references when it had no
+    phase here; drawn without repeats until the pool is used up. Seeded."""
     n = round(config.meta_replay * n_meta)
     if n == 0:
         return []
-    pool = list(actor)
+    pool = list(own if config.meta_replay_from == "rollouts" else actor)
     if not pool:
         chat = config.rollout.use_chat_template
         solved = solved_references(env.references(config.data.train_split))
@@ -285,7 +286,8 @@ def warm_start_meta(
     phase += [meta_example(tokenizer, t, label) for t, label in kept]
     replay: list[Trajectory] = []
     if phase:
-        replay = replayed_references(config, env, tokenizer, actor, len(phase))
+        rollouts = [t for t, _ in own_train]
+        replay = replayed_references(config, env, tokenizer, actor, len(phase), rollouts)
         weight = sequence_weight(replay, phase) if replay else 1.0
         examples = [(t, weight) for t in phase] + [(t, 1.0) for t in replay]
         random.Random(config.seed).shuffle(examples)
@@ -293,7 +295,7 @@ def warm_start_meta(
         with top_layers_only(policy, config.meta_train_layers):
             train([t for t, _ in examples], [w for _, w in examples], meta_config, "meta_sft")
     counts = {
-        "meta/replayed_references": float(len(replay)),
+        f"meta/replayed_{config.meta_replay_from}": float(len(replay)),
         "meta/synthetic_examples": float(len(synthetic)),
         "meta/rollout_examples": float(len(kept)),
         "meta/rollouts": float(len(own_train)),

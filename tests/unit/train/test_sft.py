@@ -8,6 +8,7 @@ import pytest
 import torch
 from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_llama
 
+from searchrl.config.errors import ConfigError
 from searchrl.config.sft import SFTConfig
 from searchrl.data.world import Reference
 from searchrl.train.meta_sft import replayed_references, rollout_questions
@@ -114,6 +115,27 @@ def test_meta_replay_draws_actor_references_without_repeats_first() -> None:
     none = replayed_references(replace(config, meta_replay=0.0), world, tok, actor, 8)  # type: ignore[arg-type]
     assert none == []
     assert replayed_references(config, _World([]), tok, [], 8) == []  # type: ignore[arg-type]
+
+
+def test_meta_replay_from_rollouts_replays_the_actor_s_own_samples() -> None:
+    """`meta_replay_from: rollouts` replays the Actor's own train rollouts (flawed ones too:
+    samples of the Actor anchor it where it was), never its references; without rollouts to
+    replay the config is refused."""
+    tok = CharTokenizer()
+    solved = [replace(_reference(), id=f"r{i}") for i in range(3)]
+    world = _World(solved)
+    actor = [reference_trajectory(r, tok, True) for r in solved]
+    own = [replace(reference_trajectory(r, tok, True), id=f"own{i}") for i, r in enumerate(solved)]
+    config = SFTConfig(meta_replay=1.0, meta_replay_from="rollouts", meta_rollouts=3, seed=1)
+    drawn = replayed_references(config, world, tok, actor, 5, own)  # type: ignore[arg-type]
+    assert len(drawn) == 5 and {t.id for t in drawn[:3]} == {"own0", "own1", "own2"}
+    assert {t.id for t in drawn} <= {"own0", "own1", "own2"}
+    usual = replayed_references(
+        replace(config, meta_replay_from="references"), world, tok, actor, 5, own
+    )  # type: ignore[arg-type]
+    assert {t.id for t in usual} == {"r0", "r1", "r2"}
+    with pytest.raises(ConfigError, match="meta_replay_from"):
+        SFTConfig(meta_replay_from="rollouts", meta_examples=4).validate()
 
 
 def test_own_rollouts_go_to_the_questions_the_actor_was_not_taught_first() -> None:
