@@ -42,6 +42,13 @@ def rollout_seed(seed: int, step: int, rounds: int, world_size: int) -> int:
     return ((seed * 100_003 + step) * 8 + rounds) * world_size
 
 
+def engine_seed(seed: int, rank: int, world_size: int) -> int:
+    """The stream a process's generation engine starts from: the run's `seed` alone in one
+    process, distinct per rank under DDP/FSDP. vLLM on a CPU takes no per-request seed, so
+    ranks whose engines started from one seed drew alike wherever their prompts matched."""
+    return seed * world_size + rank
+
+
 @dataclass
 class Collector:
     """Draws prompts from `sampler`, rolls them out with `rollout` (and `refine`), scores them

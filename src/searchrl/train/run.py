@@ -41,6 +41,7 @@ from searchrl.reward.scoring import make_reward
 from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
+from searchrl.train.collect import engine_seed
 from searchrl.train.environment import (
     build_environment,
     export_model,
@@ -234,8 +235,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
     engine = make_backend(
-        config.model, policy, tokenizer, config.rollout.max_total_tokens, seed=config.seed
-    )
+        config.model, policy, tokenizer, config.rollout.max_total_tokens,
+        seed=engine_seed(config.seed, dist.rank, dist.world_size),
+    )  # fmt: skip
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)
     rollout = make_rollout_fn(
