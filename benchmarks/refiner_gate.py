@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from math import nan
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from read_precision import labelled
 from searchrl.config.loading import load_config
 from searchrl.config.sft import SFTConfig
+from searchrl.refiner.confidence import surprisal, threshold_for_share
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.meta import Reading
 from searchrl.train.environment import build_environment, load_policy
@@ -42,19 +45,28 @@ from searchrl.train.metrics import save_trajectories
 from searchrl.train.run import set_threads
 from searchrl.types import Trajectory
 
-Row = tuple[str, Reading, int]
-"""(question uid, reading, oracle label: 0 clean, k the earliest flawed step)."""
+
+class Row(NamedTuple):
+    """One read transcript."""
+
+    uid: str
+    """Its question (a question's draws are resampled together)."""
+    reading: Reading
+    label: int
+    """The oracle's: 0 clean, k the earliest flawed step."""
+    surprisal: float
+    """The Actor's mean −log π of its tokens as sampled (`refiner.confidence`); NaN if none."""
 
 
 def trimmer_exact(rows: Sequence[Row]) -> float:
     """Share of the flawed transcripts whose argmax cut is the oracle's step."""
-    flawed = [(r, y) for _, r, y in rows if y > 0]
+    flawed = [(row.reading, row.label) for row in rows if row.label > 0]
     return sum(r.cut(None) == y for r, y in flawed) / len(flawed) if flawed else float("nan")
 
 
 def best_constant(rows: Sequence[Row]) -> tuple[int, float]:
     """The fixed step k that would match the most oracle labels, and its share."""
-    labels = [y for _, _, y in rows if y > 0]
+    labels = [row.label for row in rows if row.label > 0]
     if not labels:
         return 0, float("nan")
     k = max(set(labels), key=labels.count)
@@ -65,42 +77,49 @@ def within_steps(rows: Sequence[Row]) -> float:
     """Mean ROC-AUC of the raw log-odds within each step count T that has both classes,
     weighted by transcripts: what the reading knows beyond how long a transcript is."""
     total, weight = 0.0, 0
-    for steps in sorted({r.steps for _, r, _ in rows}):
-        part = [(r.log_odds, y > 0) for _, r, y in rows if r.steps == steps]
+    for steps in sorted({row.reading.steps for row in rows}):
+        part = [(row.reading.log_odds, row.label > 0) for row in rows if row.reading.steps == steps]
         auc = roc_auc([s for s, _ in part], [p for _, p in part])
         if not np.isnan(auc):
             total, weight = total + auc * len(part), weight + len(part)
     return total / weight if weight else float("nan")
 
 
-def auc_of(score: Callable[[Reading], float]) -> Callable[[Sequence[Row]], float]:
+def auc_of(score: Callable[[Row], float]) -> Callable[[Sequence[Row]], float]:
     """ROC-AUC of `score` for the flawed class over rows."""
-    return lambda rows: roc_auc([score(r) for _, r, _ in rows], [y > 0 for *_, y in rows])
+    return lambda rows: roc_auc([score(row) for row in rows], [row.label > 0 for row in rows])
 
 
-def answer_step(reading: Reading, label: int) -> bool:
+def answer_step(row: Row) -> bool:
     """Whether the oracle's flaw is the last step: a wrong answer after sound searches (or no
     answer at all), as against a search that missed its hop's passage."""
-    return label == reading.steps
+    return row.label == row.reading.steps
 
 
 def of_kind(
     answer: bool, stat: Callable[[Sequence[Row]], float]
 ) -> Callable[[Sequence[Row]], float]:
     """`stat` over the clean rows and the flawed ones of one kind (`answer_step` or not)."""
-    return lambda rows: stat([row for row in rows if not row[2] or answer_step(*row[1:]) == answer])
+    return lambda rows: stat([row for row in rows if not row.label or answer_step(row) == answer])
 
 
 STATS: dict[str, Callable[[Sequence[Row]], float]] = {
-    "ROC-AUC raw": auc_of(lambda r: r.log_odds),
-    "ROC-AUC calibrated": auc_of(lambda r: r.score),
+    "ROC-AUC raw": auc_of(lambda row: row.reading.log_odds),
+    "ROC-AUC calibrated": auc_of(lambda row: row.reading.score),
     "ROC-AUC within each step count": within_steps,
-    "ROC-AUC of the step count alone": auc_of(lambda r: float(r.steps)),
-    "revised at τ = 0 (raw)": lambda rows: float(np.mean([r.log_odds > 0 for _, r, _ in rows])),
+    "ROC-AUC of the step count alone": auc_of(lambda row: float(row.reading.steps)),
+    "ROC-AUC of the Actor's surprisal (discriminator=confidence)": auc_of(
+        lambda row: row.surprisal
+    ),
+    "revised at τ = 0 (raw)": lambda rows: float(
+        np.mean([row.reading.log_odds > 0 for row in rows])
+    ),
     "trimmer exact step": trimmer_exact,
     "best constant step": lambda rows: best_constant(rows)[1],
-    "ROC-AUC raw, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.log_odds)),
-    "ROC-AUC raw, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.log_odds)),
+    "ROC-AUC raw, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.reading.log_odds)),
+    "ROC-AUC raw, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.reading.log_odds)),
+    "ROC-AUC surprisal, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.surprisal)),
+    "ROC-AUC surprisal, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.surprisal)),
     "trimmer exact step, answer-step flaws": of_kind(True, trimmer_exact),
     "trimmer exact step, search-step flaws": of_kind(False, trimmer_exact),
 }
@@ -114,7 +133,7 @@ def clustered_ci(
     rollouts together)."""
     groups: dict[str, list[Row]] = {}
     for row in rows:
-        groups.setdefault(row[0], []).append(row)
+        groups.setdefault(row.uid, []).append(row)
     keys = list(groups)
     rng = np.random.default_rng(seed)
     values = []
@@ -131,8 +150,8 @@ def clustered_ci(
 
 def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> list[str]:
     """The gate as a markdown table: each statistic with its question-clustered interval."""
-    flawed = sum(y > 0 for *_, y in rows)
-    questions = len({uid for uid, *_ in rows})
+    flawed = sum(row.label > 0 for row in rows)
+    questions = len({row.uid for row in rows})
     k, _ = best_constant(rows)
     lines = [
         f"{len(rows)} transcripts of {questions} questions, {flawed} flawed",
@@ -195,8 +214,20 @@ def main() -> None:
                 if r is not None:
                     f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
                                         "logprobs": r.logprobs}) + "\n")  # fmt: skip
-    rows = [(t.uid, r, y) for (t, y), r in zip(pairs, readings, strict=True) if r is not None]
-    lines = [f"model {model_dir}, sampled EM {mean_em(pairs):.3f}", *gate_table(rows)]
+    rows = [
+        Row(t.uid, r, y, nan if (v := surprisal(t)) is None else v)
+        for (t, y), r in zip(pairs, readings, strict=True)
+        if r is not None
+    ]
+    threshold = threshold_for_share(
+        [row.surprisal for row in rows], sum(row.label > 0 for row in rows) / max(len(rows), 1)
+    )
+    lines = [
+        f"model {model_dir}, sampled EM {mean_em(pairs):.3f}",
+        *gate_table(rows),
+        "",
+        f"refiner.confidence_threshold that revises the flawed share: {threshold:.4f}",
+    ]
     print("\n".join(lines))
     (args.out / "gate.md").write_text("\n".join(lines) + "\n")
 

@@ -12,10 +12,12 @@ and what a flaw looks like in the model's own transcripts, RL refines it.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from scipy.stats import mannwhitneyu
 
+from searchrl.refiner.confidence import surprisal, threshold_for_share
 from searchrl.refiner.meta import Reading
 from searchrl.refiner.scoring import candidate_ids
 from searchrl.refiner.steps import meta_prompt, split_steps
@@ -131,4 +133,29 @@ def label_accuracy(
             max((sum(y == k for _, y in flawed) for k in {y for _, y in flawed}), default=0),
             len(flawed),
         ),
+    }
+
+
+def confidence_accuracy(
+    trajectories: Sequence[Trajectory], labels: Sequence[int]
+) -> dict[str, float]:
+    """How the Actor's own surprisal (`refiner.confidence`) reads labelled rollouts, with the
+    same keys' prefix as `label_accuracy`: `meta/confidence/roc_auc` (flawed above clean),
+    `meta/confidence/threshold_for_flawed_share` (the `refiner.confidence_threshold` that
+    revises as many as are flawed: the calibration for RL) and the median surprisal of the
+    clean and of the flawed ones. Rollouts without recorded log-probabilities are left out;
+    none at all (references, say) gives no keys."""
+    pairs = [(value, y) for t, y in zip(trajectories, labels, strict=True)
+             if (value := surprisal(t)) is not None]  # fmt: skip
+    if not pairs:
+        return {}
+    flawed = [v for v, y in pairs if y > 0]
+    clean = [v for v, y in pairs if y == 0]
+    return {
+        "meta/confidence/roc_auc": roc_auc([v for v, _ in pairs], [y > 0 for _, y in pairs]),
+        "meta/confidence/threshold_for_flawed_share": threshold_for_share(
+            [v for v, _ in pairs], len(flawed) / len(pairs)
+        ),
+        "meta/confidence/median_clean": statistics.median(clean) if clean else math.nan,
+        "meta/confidence/median_flawed": statistics.median(flawed) if flawed else math.nan,
     }

@@ -37,6 +37,7 @@ from torch import nn
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
+from searchrl.refiner.confidence import confidence_score
 from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
@@ -259,14 +260,24 @@ class MetaRefiner:
             self._probe(outcome, first_readings, seed, greedy)
         return outcome
 
+    def score(self, traj: Trajectory, reading: Reading) -> float:
+        """What the discriminator thresholds: the reading's log-odds (less its prior), or
+        with `discriminator: confidence` the Actor's log surprisal ratio (−inf where the
+        engine recorded no log-probabilities: such a trajectory is accepted)."""
+        if self.config.discriminator == "confidence":
+            value = confidence_score(traj, self.config.confidence_threshold)
+            return -math.inf if value is None else value
+        return reading.score
+
     def revise(self, traj: Trajectory, reading: Reading) -> bool:
-        """The discriminator (`config.discriminator`): the model's log-odds against τ, or the
-        rule baseline (no answer, or a search that returned nothing new)."""
+        """The discriminator (`config.discriminator`): the model's log-odds against τ, the
+        rule baseline (no answer, or a search that returned nothing new), or the Actor's
+        confidence against τ."""
         if reading.steps == 0:
             return False
         if self.config.discriminator == "rule":
             return rule_revise(traj)
-        return reading.revise(self.config.margin)
+        return self.score(traj, reading) > self.config.margin
 
     def trim(
         self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
@@ -314,7 +325,7 @@ class MetaRefiner:
         assert traj.refinement is not None
         traj.refinement.decisions.append(decision)
         if first:
-            traj.refinement.log_odds = reading.score
+            traj.refinement.log_odds = self.score(traj, reading)
 
     def regenerate_cuts(
         self, trajectories: Sequence[Trajectory], cuts: Sequence[int], seed: int
