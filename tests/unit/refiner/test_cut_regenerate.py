@@ -4,6 +4,7 @@ token ids; the refinement record says what happened."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, rule_revise, split_steps
+from searchrl.refiner.confidence import surprisal, threshold_for_share
 from searchrl.refiner.steps import step_action
 from searchrl.rollout.loop import run_rollouts
 from searchrl.types import Document, Question, SearchCall, Segment, Trajectory
@@ -417,3 +419,46 @@ def test_a_step_s_action_is_its_kind_and_content_case_and_spacing_aside() -> Non
     assert step_action(traj, 1) == "search: who founded x"
     assert step_action(traj, 2) == "answer: paris"
     assert step_action(traj, 3) == ""
+
+
+def _with_logprobs(traj: Trajectory, logprob: float | None) -> Trajectory:
+    """A copy whose Actor tokens were each sampled at `logprob` (None: none recorded); the
+    retrieved passages carry none, as in a rollout."""
+    copy = Trajectory.from_json(traj.to_json())
+    for segment in copy.segments:
+        if segment.role == "policy":
+            segment.logprobs = None if logprob is None else [logprob] * len(segment.token_ids)
+    return copy
+
+
+def test_confidence_discriminator_revises_what_the_actor_was_unsure_of(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`discriminator: confidence` decides on the Actor's own surprisal over its tokens (the
+    passages' tokens never count), ln(surprisal / threshold) against τ, whatever the meta
+    prompt reads; that score is what the record keeps; no log-probabilities: accepted."""
+    backend, retriever, traj = setup
+    config = RefinerConfig(
+        enabled=True, discriminator="confidence", confidence_threshold=0.05, probe_share=0.0,
+        random_cut_probe=False,
+    )  # fmt: skip
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    sure, unsure, unknown = (_with_logprobs(traj, v) for v in (-0.01, -0.5, None))
+    assert surprisal(unsure) == pytest.approx(0.5) and surprisal(unknown) is None
+    outcome = refiner.refine([sure, unsure, unknown], seed=3, greedy=True)
+    records = [t.refinement for t in outcome.final]
+    assert [r.revised for r in records if r is not None] == [False, True, False]
+    assert outcome.accepted == 2
+    assert records[0] is not None and records[0].log_odds == pytest.approx(math.log(0.01 / 0.05))
+    assert records[1] is not None and records[1].log_odds == pytest.approx(math.log(0.5 / 0.05))
+    strict = replace(config, margin=math.log(20.0))  # τ = ln 20: threshold 1 nat a token
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), strict, 0)
+    assert refiner.refine([_with_logprobs(traj, -0.5)], seed=3, greedy=True).accepted == 1
+
+
+def test_threshold_for_share_revises_that_share() -> None:
+    values = [0.01, 0.02, 0.03, 0.04, 0.30, 0.50, 0.02, 0.01]
+    threshold = threshold_for_share(values, 0.25)
+    assert sum(v > threshold for v in values) == 2 and threshold == 0.04
+    assert sum(v > threshold_for_share(values, 0.5) for v in values) == 4
+    assert math.isnan(threshold_for_share([], 0.5))

@@ -17,7 +17,13 @@ from searchrl.config.data import world_preset
 from searchrl.data.templates import format_information
 from searchrl.data.world import Reference, generate_world, load_references, write_world
 from searchrl.data.world.corrupt import Corrupter, policy_steps
-from searchrl.refiner.labelled import label_accuracy, meta_example, oracle_flaw, roc_auc
+from searchrl.refiner.labelled import (
+    confidence_accuracy,
+    label_accuracy,
+    meta_example,
+    oracle_flaw,
+    roc_auc,
+)
 from searchrl.refiner.meta import Reading
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.reward.judges.symbolic import world_support
@@ -202,3 +208,29 @@ def test_roc_auc_by_hand() -> None:
     assert roc_auc([0.1, 0.8, 0.9, 0.2], [True, True, False, False]) == 0.25
     assert roc_auc([0.5, 0.5], [True, False]) == 0.5  # ties count half
     assert math.isnan(roc_auc([0.5], [True]))
+
+
+def test_confidence_accuracy_by_hand() -> None:
+    """The Actor's surprisal read against labels: ROC-AUC, the threshold that revises the
+    flawed share, medians; the passages' tokens never count; references (no log-probs) give
+    nothing rather than a fake score."""
+
+    def sampled(logprob: float) -> Trajectory:
+        traj = _traj([SEARCH, ANSWER], [["1"]], 1.0)
+        for segment in traj.segments:
+            if segment.role == "policy":
+                segment.logprobs = [logprob]
+            else:
+                segment.logprobs = [-50.0]  # not the Actor's: must be ignored
+        return traj
+
+    trajs = [sampled(v) for v in (-0.01, -0.02, -0.40, -0.03, -0.90)]
+    labels = [0, 0, 2, 0, 1]
+    found = confidence_accuracy(trajs, labels)
+    assert found["meta/confidence/roc_auc"] == 1.0
+    threshold = found["meta/confidence/threshold_for_flawed_share"]
+    assert threshold == pytest.approx(0.03)
+    assert found["meta/confidence/median_clean"] == pytest.approx(0.02)
+    assert found["meta/confidence/median_flawed"] == pytest.approx(0.65)
+    assert confidence_accuracy(trajs, [2, 0, 0, 0, 1])["meta/confidence/roc_auc"] == 0.5
+    assert confidence_accuracy([_traj([SEARCH, ANSWER], [["1"]], 1.0)], [0]) == {}
