@@ -134,8 +134,9 @@ class Refinement:
     cut_step: int
     prefix_segments: int
     log_odds: float = 0.0
-    """The first decision's log-odds of revising, less its prior when calibrated (the number
-    τ was compared with)."""
+    """The number τ was compared with at the first decision: its log-odds of revising, less
+    its prior when calibrated, or with `refiner.discriminator: confidence` the Actor's log
+    surprisal ratio (`refiner.confidence`)."""
     revisions: int = 0
     """Cut-and-regenerate rounds applied (≤ `refiner.max_revisions`)."""
     decisions: list[MetaDecision] = field(default_factory=list)

@@ -263,7 +263,9 @@ def _refine(
 
 
 def show_refinement(console: Console, traj: Trajectory) -> None:
-    """The Meta-Refiner's decision, its log-odds, the cut and the regenerated suffix."""
+    """The Meta-Refiner's decision, the score its discriminator thresholded (the log-odds of
+    revising, or the confidence discriminator's log surprisal ratio), the cut and the
+    regenerated suffix."""
     record = traj.refinement
     if record is None or not record.decisions:
         console.print(Text("meta-refiner: nothing to read", style="magenta"))
@@ -273,7 +275,7 @@ def show_refinement(console: Console, traj: Trajectory) -> None:
     console.print(
         Text(
             f"meta-refiner: answered {first.cut_step} of 0..{first.steps} "
-            f"(log-odds of revising {first.log_odds - first.prior:+.2f}) → {verdict}",
+            f"(discriminator score {record.log_odds:+.2f}) → {verdict}",
             style="bold magenta",
         )
     )
