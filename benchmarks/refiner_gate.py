@@ -56,6 +56,10 @@ class Row(NamedTuple):
     """The oracle's: 0 clean, k the earliest flawed step."""
     surprisal: float
     """The Actor's mean −log π of its tokens as sampled (`refiner.confidence`); NaN if none."""
+    em: float
+    """Its exact match."""
+    resampled: float
+    """What resampling it would score: the mean EM of its question's other draws."""
 
 
 def trimmer_exact(rows: Sequence[Row]) -> float:
@@ -166,6 +170,43 @@ def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> lis
     return lines
 
 
+def resample_gain(score: Callable[[Row], float], share: float) -> Callable[[Sequence[Row]], float]:
+    """EM gained per transcript when the `share` of rows that `score` ranks highest are
+    rejected and resampled (`refiner.trimmer=first`; a resample scores `Row.resampled`)."""
+
+    def gain(rows: Sequence[Row]) -> float:
+        values = [score(row) for row in rows]
+        cut = float(np.quantile(values, 1.0 - share))
+        picked = [row.resampled - row.em for row, v in zip(rows, values, strict=True) if v > cut]
+        return sum(picked) / len(rows)
+
+    return gain
+
+
+def resample_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> list[str]:
+    """What a discriminator is worth when its rejects are resampled, at equal revision rates:
+    the Actor's surprisal, the meta prompt's raw log-odds, and a random pick (gain 0 in
+    expectation), each with its question-clustered interval; the last row's share is the
+    flawed share (the calibrated threshold)."""
+    flawed_share = sum(row.label > 0 for row in rows) / len(rows)
+    lines = [
+        "",
+        f"Rejected and resampled (EM {np.mean([r.em for r in rows]):.3f} as drawn; a resample",
+        "scores the mean EM of its question's other draws): EM gained per transcript",
+        "",
+        "| revised | confidence | meta prompt (raw log-odds) |",
+        "|---:|---:|---:|",
+    ]
+    for share in (0.1, 0.2, 0.3, flawed_share):
+        cells = []
+        for score in (lambda r: r.surprisal, lambda r: r.reading.log_odds):
+            stat = resample_gain(score, share)
+            low, high = clustered_ci(rows, stat, resamples, seed)
+            cells.append(f"{stat(rows):+.3f} ({low:+.3f}, {high:+.3f})")
+        lines.append(f"| {share:.2f} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
 def kept_readings(path: Path, trajs: Sequence[Trajectory]) -> list[Reading | None] | None:
     """The readings an earlier run of the script wrote, when they are of exactly these
     transcripts (ids in order; none was unreadable), else None: reading is the costly part."""
@@ -214,11 +255,21 @@ def main() -> None:
                 if r is not None:
                     f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
                                         "logprobs": r.logprobs}) + "\n")  # fmt: skip
+    draws: dict[str, list[float]] = {}
+    for t, _ in pairs:
+        draws.setdefault(t.uid, []).append(t.metrics.get("em", 0.0))
+
+    def others(traj: Trajectory) -> float:
+        same = draws[traj.uid]
+        em = traj.metrics.get("em", 0.0)
+        return (sum(same) - em) / (len(same) - 1) if len(same) > 1 else nan
+
     rows = [
-        Row(t.uid, r, y, nan if (v := surprisal(t)) is None else v)
+        Row(t.uid, r, y, nan if (v := surprisal(t)) is None else v, t.metrics.get("em", 0.0),
+            others(t))
         for (t, y), r in zip(pairs, readings, strict=True)
         if r is not None
-    ]
+    ]  # fmt: skip
     threshold = threshold_for_share(
         [row.surprisal for row in rows], sum(row.label > 0 for row in rows) / max(len(rows), 1)
     )
@@ -227,6 +278,7 @@ def main() -> None:
         *gate_table(rows),
         "",
         f"refiner.confidence_threshold that revises the flawed share: {threshold:.4f}",
+        *(resample_table(rows) if args.samples > 1 else []),
     ]
     print("\n".join(lines))
     (args.out / "gate.md").write_text("\n".join(lines) + "\n")
