@@ -10,7 +10,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from refiner_gate import STATS, best_constant, clustered_ci, gate_table, trimmer_exact
+from refiner_gate import (
+    STATS,
+    Row,
+    best_constant,
+    clustered_ci,
+    gate_table,
+    resample_gain,
+    trimmer_exact,
+)
 from searchrl.refiner.meta import Reading
 
 
@@ -19,12 +27,16 @@ def _reading(probs: list[float]) -> Reading:
     return Reading("", [], [[k] for k in range(len(probs))], [math.log(p) for p in probs])
 
 
+def _row(uid: str, reading: Reading, label: int, surprisal: float = math.nan) -> Row:
+    return Row(uid, reading, label, surprisal, float(label == 0), math.nan)
+
+
 def test_trimmer_and_best_constant_count_only_the_flawed() -> None:
     rows = [
-        ("a", _reading([0.2, 0.7, 0.1]), 1),  # cut 1, label 1: exact
-        ("b", _reading([0.2, 0.1, 0.7]), 1),  # cut 2, label 1
-        ("c", _reading([0.2, 0.1, 0.7]), 2),  # cut 2, label 2: exact
-        ("d", _reading([0.9, 0.05, 0.05]), 0),  # clean: not counted
+        _row("a", _reading([0.2, 0.7, 0.1]), 1),  # cut 1, label 1: exact
+        _row("b", _reading([0.2, 0.1, 0.7]), 1),  # cut 2, label 1
+        _row("c", _reading([0.2, 0.1, 0.7]), 2),  # cut 2, label 2: exact
+        _row("d", _reading([0.9, 0.05, 0.05]), 0),  # clean: not counted
     ]
     assert trimmer_exact(rows) == 2 / 3
     assert best_constant(rows) == (1, 2 / 3)
@@ -34,9 +46,9 @@ def test_trimmer_and_best_constant_count_only_the_flawed() -> None:
 def test_within_step_counts_removes_what_length_alone_explains() -> None:
     # every flawed transcript is long and every clean one short: the step count alone
     # separates them perfectly, the reading within each length does not at all
-    long_flawed = [(f"f{i}", _reading([0.5, 0.2, 0.2, 0.1]), 1) for i in range(2)]
-    long_clean = [(f"c{i}", _reading([0.5, 0.2, 0.2, 0.1]), 0) for i in range(2)]
-    short_clean = [(f"s{i}", _reading([0.9, 0.1]), 0) for i in range(4)]
+    long_flawed = [_row(f"f{i}", _reading([0.5, 0.2, 0.2, 0.1]), 1) for i in range(2)]
+    long_clean = [_row(f"c{i}", _reading([0.5, 0.2, 0.2, 0.1]), 0) for i in range(2)]
+    short_clean = [_row(f"s{i}", _reading([0.9, 0.1]), 0) for i in range(4)]
     rows = long_flawed + long_clean + short_clean
     assert STATS["ROC-AUC of the step count alone"](rows) > 0.8
     assert STATS["ROC-AUC within each step count"](rows) == 0.5  # ties count half
@@ -49,15 +61,15 @@ def test_interval_resamples_questions_not_transcripts() -> None:
     # so every defined resample scores 1.0; resampling transcripts would mix within a
     # question. The revision rate's interval spans 0..1 because a draw of one question
     # takes all four of its rollouts.
-    rows = [("q1", _reading([0.1, 0.9]), 1)] * 4 + [("q2", _reading([0.9, 0.1]), 0)] * 4
+    rows = [_row("q1", _reading([0.1, 0.9]), 1)] * 4 + [_row("q2", _reading([0.9, 0.1]), 0)] * 4
     assert clustered_ci(rows, STATS["ROC-AUC raw"], 200, 0) == (1.0, 1.0)
     low, high = clustered_ci(rows, STATS["revised at τ = 0 (raw)"], 200, 0)
     assert (low, high) == (0.0, 1.0)
 
 
 def test_table_names_the_constant_step_and_counts_questions() -> None:
-    rows = [("q1", _reading([0.1, 0.9]), 1), ("q1", _reading([0.9, 0.1]), 0)]
-    rows += [("q2", _reading([0.2, 0.8]), 1), ("q3", _reading([0.8, 0.2]), 0)]
+    rows = [_row("q1", _reading([0.1, 0.9]), 1), _row("q1", _reading([0.9, 0.1]), 0)]
+    rows += [_row("q2", _reading([0.2, 0.8]), 1), _row("q3", _reading([0.8, 0.2]), 0)]
     lines = gate_table(rows, resamples=50)
     assert lines[0] == "4 transcripts of 3 questions, 2 flawed"
     cells = {row.split("|")[1].strip(): row.split("|")[2].strip() for row in lines[4:]}
@@ -70,9 +82,9 @@ def test_flaws_split_by_kind_against_the_same_clean_rows() -> None:
     # T = 2 (a search, the answer): label 2 is a wrong answer after a sound search, label 1
     # a search that missed. The reading ranks answer flaws above clean, search flaws below.
     rows = [
-        ("a", _reading([0.2, 0.1, 0.7]), 2),
-        ("b", _reading([0.9, 0.02, 0.08]), 1),
-        ("c", _reading([0.6, 0.2, 0.2]), 0),
+        _row("a", _reading([0.2, 0.1, 0.7]), 2),
+        _row("b", _reading([0.9, 0.02, 0.08]), 1),
+        _row("c", _reading([0.6, 0.2, 0.2]), 0),
     ]
     assert STATS["ROC-AUC raw, answer-step flaws vs clean"](rows) == 1.0
     assert STATS["ROC-AUC raw, search-step flaws vs clean"](rows) == 0.0
@@ -95,3 +107,20 @@ def test_kept_readings_are_reused_only_for_the_same_transcripts(tmp_path: Path) 
     assert readings is not None and readings[1].cut(None) == 1
     assert readings[0].score == readings[0].log_odds - 0.5
     assert kept_readings(path, trajs[::-1]) is None
+
+
+def test_surprisal_ranks_and_resampling_its_rejects_gains() -> None:
+    """The confidence discriminator's ROC-AUC reads `Row.surprisal`, not the meta reading;
+    resampling the rows it ranks highest gains (resampled − drawn EM) over all rows, and a
+    score that picks the right answers to resample loses."""
+    flat = _reading([0.5, 0.5])  # the meta prompt cannot tell them apart
+    rows = [
+        Row("q1", flat, 1, 0.40, 0.0, 0.75),  # unsure and wrong; its question's others: 3/4
+        Row("q1", flat, 0, 0.01, 1.0, 0.50),
+        Row("q2", flat, 1, 0.30, 0.0, 0.25),
+        Row("q2", flat, 0, 0.02, 1.0, 0.00),
+    ]
+    assert STATS["ROC-AUC of the Actor's surprisal (discriminator=confidence)"](rows) == 1.0
+    assert STATS["ROC-AUC raw"](rows) == 0.5
+    assert resample_gain(lambda r: r.surprisal, 0.5)(rows) == (0.75 + 0.25) / 4
+    assert resample_gain(lambda r: -r.surprisal, 0.5)(rows) == (-0.5 - 1.0) / 4
