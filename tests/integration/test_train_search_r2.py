@@ -109,6 +109,12 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
     assert sorted(json.loads(line)["uid"] for line in final) == sorted(held_uids)
     assert all("flaw_step" in json.loads(line)["metrics"] for line in final)
     assert summary["meta/synthetic/labelled"] == 4.0
+    # the Actor's own surprisal is read on its rollouts (for refiner.discriminator=confidence),
+    # never on references, which carry no sampled log-probabilities
+    for prefix in ("meta/", "meta/final/"):
+        assert summary[f"{prefix}confidence/threshold_for_flawed_share"] > 0.0
+        assert summary[f"{prefix}confidence/median_flawed"] > 0.0
+    assert not any(k.startswith("meta/synthetic/confidence/") for k in summary)
     for key in ("meta/discriminator_accuracy", "meta/synthetic/trimmer_exact_step"):
         assert 0.0 <= summary[key] <= 1.0 or summary[key] != summary[key]  # NaN: no flawed one
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
