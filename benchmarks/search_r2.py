@@ -23,6 +23,12 @@ learning recipe), so arms differ only by the refiner:
 | `rule_disc` | `refiner` with the rule discriminator (`refiner.discriminator=rule`) |
 | `resample` | `refiner` cutting at step 1 (`refiner.trimmer=first`): reject and resample |
 | `fresh` | `refiner` redrawing a regeneration that repeats the cut step (`refiner.fresh_tries=2`) |
+| `confidence` | `refiner` deciding on the Actor's surprisal (`refiner.discriminator=confidence`) |
+| `conf_resample` | `confidence`, cutting at step 1: reject the unsure and resample |
+
+The confidence arms take `refiner.confidence_threshold` from the warm start's
+`meta/final/confidence/threshold_for_flawed_share` (it revises as many of its held-out
+rollouts as the oracle finds flawed).
 
 Each model is evaluated greedily on the held-out split: Search-R1 arms with `--method
 search-r1`, refiner arms with `--method search-r2`, whose summary holds both the trained Actor
@@ -36,6 +42,7 @@ stage is a CLI call whose output marks it done, so a killed run resumes where it
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +53,8 @@ from stages import HOPS, ROLLOUT, run_stage, searchrl
 
 R1 = ("refiner.enabled=false", "refiner.joint=false", "reward.kind=em")
 TRACES_ONLY = ("refiner.joint=false", "reward.kind=em")
+CONFIDENCE = "refiner.discriminator=confidence"
+THRESHOLD_KEY = "meta/final/confidence/threshold_for_flawed_share"
 ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     # arm: (label, training overrides, refiner switches also used at evaluation)
     "r1_g": ("Search-R1 (G)", R1, ()),
@@ -57,6 +66,12 @@ ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "rule_disc": ("rule discriminator", TRACES_ONLY, ("refiner.discriminator=rule",)),
     "resample": ("reject and resample", TRACES_ONLY, ("refiner.trimmer=first",)),
     "fresh": ("refiner, fresh regenerations", TRACES_ONLY, ("refiner.fresh_tries=2",)),
+    "confidence": ("confidence discriminator", TRACES_ONLY, (CONFIDENCE,)),
+    "conf_resample": (
+        "confidence, reject and resample",
+        TRACES_ONLY,
+        (CONFIDENCE, "refiner.trimmer=first"),
+    ),
 }
 DEFAULT_ARMS = ("r1_g", "r1_2g", "refiner", "process", "full", "random_cut")
 SWEEP = {  # full model at evaluation: stage → (τ, N_max); τ = 0, N_max = 1 is `eval_full`
@@ -110,10 +125,22 @@ class Seed:
         run = [f"steps={self.args.steps}", f"batch_size={self.args.batch}",
                f"mini_batch_size={self.args.batch}", f"n_samples={group}", "data.eval_size=0",
                "logging.progress=false", "logging.tensorboard=false"]  # fmt: skip
-        _, overrides, switches = ARMS[arm]
+        overrides, switches = ARMS[arm][1], self._switches(arm)
         out = ["--out", str(self.dir / arm), "--resume"]
         return [searchrl("train", "--config", "tiny_cpu_search_r2", *out, *start, *run,
                          *overrides, *switches, *self.args.set)]  # fmt: skip
+
+    def _switches(self, arm: str) -> tuple[str, ...]:
+        """The arm's refiner switches, with the warm start's calibrated surprisal threshold
+        for a confidence arm (none before the warm start has run)."""
+        switches = ARMS[arm][2]
+        summary = self.dir / "sft" / "summary.json"
+        if CONFIDENCE not in switches or not summary.is_file():
+            return switches
+        threshold = json.loads(summary.read_text()).get(THRESHOLD_KEY)
+        if threshold is None or not threshold > 0:
+            return switches
+        return (*switches, f"refiner.confidence_threshold={threshold:.6g}")
 
     def _eval(self, model: Path, name: str, method: str, refiner: Sequence[str]) -> list[list[str]]:
         sets = [f"--set={o}" for o in (*ROLLOUT, *refiner)]
@@ -139,7 +166,7 @@ class Seed:
             return marker, self._eval(d / "full" / "model", stage, "search-r2", knobs)
         arm = stage.removeprefix("eval_")
         method = "search-r1" if arm.startswith("r1_") else "search-r2"
-        return marker, self._eval(d / arm / "model", stage, method, ARMS[arm][2])
+        return marker, self._eval(d / arm / "model", stage, method, self._switches(arm))
 
     def run(self, stage: str, threads: int) -> None:
         marker, commands = self.commands(stage)
