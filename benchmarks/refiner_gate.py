@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from math import nan
 from pathlib import Path
 from typing import NamedTuple
@@ -36,7 +37,7 @@ import numpy as np
 from read_precision import labelled
 from searchrl.config.loading import load_config
 from searchrl.config.sft import SFTConfig
-from searchrl.refiner.confidence import surprisal, threshold_for_share
+from searchrl.refiner.confidence import surprisal, threshold_for_share, trim_tilt
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.meta import Reading
 from searchrl.train.environment import build_environment, load_policy
@@ -60,12 +61,21 @@ class Row(NamedTuple):
     """Its exact match."""
     resampled: float
     """What resampling it would score: the mean EM of its question's other draws."""
+    tilt: tuple[float, ...] = ()
+    """The trimmer's tilt at `refiner.trim_surprisal` = 1 (ln of each step's surprisal)."""
 
 
 def trimmer_exact(rows: Sequence[Row]) -> float:
     """Share of the flawed transcripts whose argmax cut is the oracle's step."""
     flawed = [(row.reading, row.label) for row in rows if row.label > 0]
     return sum(r.cut(None) == y for r, y in flawed) / len(flawed) if flawed else float("nan")
+
+
+def tilted_exact(rows: Sequence[Row]) -> float:
+    """`trimmer_exact` of π_h tilted by the steps' surprisal (`refiner.trim_surprisal=1`)."""
+    return trimmer_exact(
+        [row._replace(reading=replace(row.reading, tilt=row.tilt)) for row in rows]
+    )
 
 
 def best_constant(rows: Sequence[Row]) -> tuple[int, float]:
@@ -119,6 +129,7 @@ STATS: dict[str, Callable[[Sequence[Row]], float]] = {
         np.mean([row.reading.log_odds > 0 for row in rows])
     ),
     "trimmer exact step": trimmer_exact,
+    "trimmer exact step, tilted by the steps' surprisal (trim_surprisal=1)": tilted_exact,
     "best constant step": lambda rows: best_constant(rows)[1],
     "ROC-AUC raw, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.reading.log_odds)),
     "ROC-AUC raw, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.reading.log_odds)),
@@ -266,7 +277,7 @@ def main() -> None:
 
     rows = [
         Row(t.uid, r, y, nan if (v := surprisal(t)) is None else v, t.metrics.get("em", 0.0),
-            others(t))
+            others(t), trim_tilt(t, 1.0))
         for (t, y), r in zip(pairs, readings, strict=True)
         if r is not None
     ]  # fmt: skip

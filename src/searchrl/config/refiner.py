@@ -86,6 +86,13 @@ class RefinerConfig:
     trajectories than the trimmer's cut, 0.06–0.09 more than the oracle's
     (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
 
+    trim_surprisal: NonNegativeFloat = 0.0
+    """β: with `trimmer: model`, π_h(k) ∝ P(k) · s_k^β, s_k the largest token surprisal of
+    the Actor's step k as sampled (`refiner.confidence.step_surprisal`); 0 is the paper's
+    π_h. On the tour's warm start β = 1 named the oracle's flawed step 0.73 and 0.61 of the
+    time on two held-out sets where π_h named it 0.49 and 0.53, and 0.64 on the four-draw gate
+    (docs/search_r2.md)."""
+
     fresh_tries: NonNegativeInt = 0
     """Redraws of a regeneration that repeats the cut step's action (the same query, which
     BM25 answers with the same passages, or the same answer): such a continuation is drawn

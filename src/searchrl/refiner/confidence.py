@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from searchrl.refiner.steps import split_steps
 from searchrl.types import Trajectory
 
 FLOOR = 1e-6
@@ -34,6 +35,27 @@ def surprisal(traj: Trajectory) -> float | None:
     if not logprobs:
         return None
     return -sum(logprobs) / len(logprobs)
+
+
+def step_surprisal(traj: Trajectory) -> list[float] | None:
+    """Each step's largest token surprisal (−log π of the least expected token the Actor
+    wrote in that step), None when a step has no recorded log-probabilities. A flawed step
+    tends to hold one token the Actor hesitated over (a guessed entity, a wrong answer),
+    which a mean over the step's many formulaic tokens dilutes."""
+    out = []
+    for step in split_steps(traj.segments):
+        if not step.policy.logprobs:
+            return None
+        out.append(-min(step.policy.logprobs))
+    return out
+
+
+def trim_tilt(traj: Trajectory, beta: float) -> tuple[float, ...]:
+    """β · ln s_k for the steps 1..T (the trimmer's tilt), empty for β = 0 or unknown s_k."""
+    values = step_surprisal(traj) if beta > 0 else None
+    if values is None:
+        return ()
+    return tuple(beta * math.log(max(v, FLOOR)) for v in values)
 
 
 def confidence_score(traj: Trajectory, threshold: float) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
 from scipy.stats import mannwhitneyu
 
@@ -95,7 +96,9 @@ def label_accuracy(
       (`revision_rate_raw`: the rate on the raw log-odds, without the prior);
     - `tau_for_flawed_share`: the τ at which the refiner would revise as many transcripts as
       are flawed (a calibration for RL);
-    - `trimmer_exact_step`: argmax cut == label on the flawed ones, next to what always
+    - `trimmer_exact_step`: argmax cut of the paper's π_h == label on the flawed ones
+      (`trimmer_exact_step_surprisal`: of π_h tilted by the steps' surprisal, where the
+      readings carry the tilt, `refiner.trim_surprisal`), next to what always
       cutting at the first or at the last step would score, and `trimmer_best_constant`,
       the best any one fixed step k would score on these labels (an upper bound of every
       constant cut: own rollouts pile their flaws on one hop, so a trimmer that learnt only
@@ -126,7 +129,14 @@ def label_accuracy(
         "meta/revision_rate_raw": share(sum(r.log_odds > margin for r, _ in pairs), len(pairs)),
         "meta/tau_for_flawed_share": threshold,
         "meta/score_mean": sum(r.score for r, _ in pairs) / len(pairs) if pairs else math.nan,
-        "meta/trimmer_exact_step": share(sum(r.cut(None) == y for r, y in flawed), len(flawed)),
+        "meta/trimmer_exact_step": share(
+            sum(replace(r, tilt=()).cut(None) == y for r, y in flawed), len(flawed)
+        ),
+        "meta/trimmer_exact_step_surprisal": share(
+            sum(r.cut(None) == y for r, y in flawed if r.tilt), len(flawed)
+        )
+        if any(r.tilt for r, _ in flawed)
+        else math.nan,
         "meta/trimmer_first_step": share(sum(y == 1 for _, y in flawed), len(flawed)),
         "meta/trimmer_last_step": share(sum(y == r.steps for r, y in flawed), len(flawed)),
         "meta/trimmer_best_constant": share(

@@ -12,7 +12,10 @@ The model reads a trajectory under the meta prompt and could answer 0 (accept) o
   subtracted first (`Reading.prior`), so τ = 0 means "more likely flawed than an empty
   transcript of this length".
 - Trimmer: π_h(k) = P(k) / Σ_{j=1..T} P(j), the answer distribution renormalised over the valid
-  steps; argmax at evaluation, a seeded draw in training.
+  steps; argmax at evaluation, a seeded draw in training. With `refiner.trim_surprisal` = β
+  > 0 (not in the paper) π_h(k) ∝ P(k) · s_k^β, s_k the largest surprisal −log π of a token
+  the Actor wrote in step k (`refiner.confidence.step_surprisal`): the meta prompt knows
+  which steps look like flaws, the Actor's confidence which of its own it was unsure of.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class Reading:
     """log P(answer k | meta prompt), k = 0..T."""
     prior: float = 0.0
     """Log-odds of the content-free prompt with the same T (0: uncalibrated)."""
+    tilt: tuple[float, ...] = ()
+    """Log-weights added to the answers 1..T for the trimmer alone (`refiner.trim_surprisal`:
+    β · ln of each step's largest token surprisal); empty: the paper's π_h."""
 
     @property
     def steps(self) -> int:
@@ -64,9 +70,12 @@ class Reading:
         return self.steps > 0 and self.score > margin
 
     def trimmer(self) -> list[float]:
-        """π_h(k) for k = 1..T (sums to 1)."""
-        norm = logsumexp(self.logprobs[1:])
-        return [math.exp(v - norm) for v in self.logprobs[1:]]
+        """π_h(k) for k = 1..T (sums to 1), times e^tilt(k) before normalising when tilted."""
+        logits = self.logprobs[1:]
+        if self.tilt:
+            logits = [v + w for v, w in zip(logits, self.tilt, strict=True)]
+        norm = logsumexp(logits)
+        return [math.exp(v - norm) for v in logits]
 
     def cut(self, rng: random.Random | None) -> int:
         """The step to cut at: drawn from π_h with `rng`, or its argmax when `rng` is None

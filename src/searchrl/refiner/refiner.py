@@ -37,7 +37,7 @@ from torch import nn
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
-from searchrl.refiner.confidence import confidence_score
+from searchrl.refiner.confidence import confidence_score, trim_tilt
 from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
@@ -171,7 +171,8 @@ class MetaRefiner:
         for index, (text, ids), cand, logp in zip(
             where, prompts[:n], cands[:n], scores[:n], strict=True
         ):
-            readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1])
+            tilt = trim_tilt(trajectories[index], self.config.trim_surprisal)
+            readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1], tilt)
         return readings
 
     def _score(self, prompts: list[list[int]], cands: list[list[list[int]]]) -> list[list[float]]:

@@ -312,10 +312,11 @@ def report_reader(
 ) -> MetaRefiner:
     """The refiner that reads held-out transcripts for a report: on the module, as RL reads
     (bf16 where `policy.autocast` turns it on), with the content-free prior, so that a
-    reading carries both the raw log-odds and the calibrated score."""
+    reading carries both the raw log-odds and the calibrated score, and with the trimmer's
+    surprisal tilt (β = 1), reported beside the paper's π_h."""
     return MetaRefiner(
         policy, tokenizer, None, env.retriever, config.rollout,
-        RefinerConfig(calibration="content_free"),
+        RefinerConfig(calibration="content_free", trim_surprisal=1.0),
         int(tokenizer.pad_token_id),  # type: ignore[attr-defined]
         bf16=use_bf16(config.policy.autocast, policy),
     )  # fmt: skip

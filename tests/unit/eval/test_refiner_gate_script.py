@@ -124,3 +124,11 @@ def test_surprisal_ranks_and_resampling_its_rejects_gains() -> None:
     assert STATS["ROC-AUC raw"](rows) == 0.5
     assert resample_gain(lambda r: r.surprisal, 0.5)(rows) == (0.75 + 0.25) / 4
     assert resample_gain(lambda r: -r.surprisal, 0.5)(rows) == (-0.5 - 1.0) / 4
+
+
+def test_tilted_trimmer_reads_the_rows_tilt_and_the_plain_one_does_not() -> None:
+    row = Row("q", _reading([0.2, 0.7, 0.1]), 2, 0.1, 0.0, 0.5, (-5.0, 0.0))
+    assert trimmer_exact([row]) == 0.0  # π_h alone cuts at step 1
+    assert (
+        STATS["trimmer exact step, tilted by the steps' surprisal (trim_surprisal=1)"]([row]) == 1.0
+    )

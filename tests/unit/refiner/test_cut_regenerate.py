@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, rule_revise, split_steps
-from searchrl.refiner.confidence import surprisal, threshold_for_share
+from searchrl.refiner.confidence import step_surprisal, surprisal, threshold_for_share
 from searchrl.refiner.steps import step_action
 from searchrl.rollout.loop import run_rollouts
 from searchrl.types import Document, Question, SearchCall, Segment, Trajectory
@@ -462,3 +462,30 @@ def test_threshold_for_share_revises_that_share() -> None:
     assert sum(v > threshold for v in values) == 2 and threshold == 0.04
     assert sum(v > threshold_for_share(values, 0.5) for v in values) == 4
     assert math.isnan(threshold_for_share([], 0.5))
+
+
+def test_trim_surprisal_tilts_the_reading_by_each_step_s_least_expected_token(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`trim_surprisal` = β: a reading's tilt is β · ln(max −log π) of each step's Actor
+    tokens (one hesitant token marks the step, however many sure ones surround it); β = 0 or
+    a step without log-probabilities leaves the paper's π_h."""
+    backend, retriever, traj = setup
+    sampled = _with_logprobs(traj, -0.01)
+    second = [s for s in sampled.segments if s.role == "policy"][1]
+    assert second.logprobs is not None
+    second.logprobs[3] = -2.0
+    assert step_surprisal(sampled) == pytest.approx([0.01, 2.0, 0.01])
+    config = RefinerConfig(enabled=True, trim_surprisal=0.5)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    (reading,) = refiner.read([sampled])
+    assert reading is not None
+    assert reading.tilt == pytest.approx(tuple(0.5 * math.log(v) for v in (0.01, 2.0, 0.01)))
+    paper = replace(reading, tilt=()).trimmer()
+    weights = [p * v**0.5 for p, v in zip(paper, (0.01, 2.0, 0.01), strict=True)]
+    assert reading.trimmer() == pytest.approx([w / sum(weights) for w in weights])
+    plain = replace(config, trim_surprisal=0.0)
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), plain, 0)
+    assert refiner.read([sampled])[0].tilt == ()  # type: ignore[union-attr]
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+    assert refiner.read([_with_logprobs(traj, None)])[0].tilt == ()  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ import math
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,11 @@ def test_label_accuracy_by_hand() -> None:
     assert acc["meta/revision_rate"] == 0.75
     # revising the 2 highest scores (the flawed share) needs τ at the 2nd lowest score
     assert acc["meta/tau_for_flawed_share"] == pytest.approx(math.log(0.7 / 0.3))
+    assert math.isnan(acc["meta/trimmer_exact_step_surprisal"])  # no reading was tilted
+    tilted = [replace(r, tilt=(0.0, -5.0)) if r is not None else r for r in readings]
+    both = label_accuracy(tilted, [0, 2, 2, 0, 1], 0.0)
+    assert both["meta/trimmer_exact_step"] == 0.5  # the paper's π_h, the tilt ignored
+    assert both["meta/trimmer_exact_step_surprisal"] == 0.0  # tilted: both cut at step 1
     shifted = label_accuracy([_reading([0.3, 0.3, 0.4], prior=5.0)], [1], 0.0)
     assert shifted["meta/discriminator_recall"] == 0.0  # the prior is subtracted first
 

@@ -217,3 +217,14 @@ def test_batch_average_cut_distribution_by_hand() -> None:
     rng = random.Random(0)
     draws = [draw_step([0.5, 1.5], rng) for _ in range(4000)]
     assert draws.count(2) / len(draws) == pytest.approx(0.75, abs=0.03)
+
+
+def test_trimmer_tilted_by_the_steps_surprisal_by_hand() -> None:
+    """π_h(k) ∝ P(k) · s_k: the tilt moves the trimmer, never the discriminator's log-odds."""
+    probs = [0.4, 0.4, 0.2]  # P(0), P(1), P(2): π_h = (2/3, 1/3)
+    plain = Reading("", [], [[0], [1], [2]], [math.log(p) for p in probs])
+    tilted = Reading("", [], [[0], [1], [2]], plain.logprobs, tilt=(math.log(0.1), math.log(0.5)))
+    assert plain.cut(None) == 1 and tilted.cut(None) == 2
+    expected = [0.4 * 0.1, 0.2 * 0.5]
+    assert tilted.trimmer() == pytest.approx([p / sum(expected) for p in expected])
+    assert tilted.log_odds == plain.log_odds and tilted.revise(0.0) == plain.revise(0.0)
