@@ -23,10 +23,11 @@ learning recipe), so arms differ only by the refiner:
 | `rule_disc` | `refiner` with the rule discriminator (`refiner.discriminator=rule`) |
 | `resample` | `refiner` cutting at step 1 (`refiner.trimmer=first`): reject and resample |
 | `fresh` | `refiner` redrawing a regeneration that repeats the cut step (`refiner.fresh_tries=2`) |
-| `confidence` | `refiner` deciding on the Actor's surprisal (`refiner.discriminator=confidence`), its trimmer tilted by the steps' (`refiner.trim_surprisal=1`) |
+| `confidence` | `refiner` deciding on the Actor's surprisal, trimmer tilted by it (below) |
 | `conf_resample` | `confidence`, cutting at step 1: reject the unsure and resample |
 
-The confidence arms take `refiner.confidence_threshold` from the warm start's
+The confidence arms (`refiner.discriminator=confidence`; `confidence` also tilts the trimmer,
+`refiner.trim_surprisal=1`) take `refiner.confidence_threshold` from the warm start's
 `meta/final/confidence/threshold_for_flawed_share` (it revises as many of its held-out
 rollouts as the oracle finds flawed).
 
