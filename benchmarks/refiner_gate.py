@@ -53,6 +53,7 @@ class Row(NamedTuple):
     uid: str
     """Its question (a question's draws are resampled together)."""
     reading: Reading
+    """The meta prompt's reading, untilted (the paper's π_h)."""
     label: int
     """The oracle's: 0 clean, k the earliest flawed step."""
     surprisal: float
@@ -276,8 +277,8 @@ def main() -> None:
         return (sum(same) - em) / (len(same) - 1) if len(same) > 1 else nan
 
     rows = [
-        Row(t.uid, r, y, nan if (v := surprisal(t)) is None else v, t.metrics.get("em", 0.0),
-            others(t), trim_tilt(t, 1.0))
+        Row(t.uid, replace(r, tilt=()), y, nan if (v := surprisal(t)) is None else v,
+            t.metrics.get("em", 0.0), others(t), trim_tilt(t, 1.0))
         for (t, y), r in zip(pairs, readings, strict=True)
         if r is not None
     ]  # fmt: skip
