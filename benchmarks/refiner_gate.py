@@ -219,6 +219,29 @@ def resample_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) ->
     return lines
 
 
+def gate_rows(
+    pairs: Sequence[tuple[Trajectory, int]], readings: Sequence[Reading | None]
+) -> list[Row]:
+    """One row per read transcript: its reading untilted (the paper's π_h, whatever reader
+    produced it), the Actor's surprisal, its EM, what resampling it would score (the mean EM
+    of its question's other draws) and the trimmer's surprisal tilt at β = 1."""
+    draws: dict[str, list[float]] = {}
+    for t, _ in pairs:
+        draws.setdefault(t.uid, []).append(t.metrics.get("em", 0.0))
+
+    def others(traj: Trajectory) -> float:
+        same = draws[traj.uid]
+        em = traj.metrics.get("em", 0.0)
+        return (sum(same) - em) / (len(same) - 1) if len(same) > 1 else nan
+
+    return [
+        Row(t.uid, replace(r, tilt=()), y, nan if (v := surprisal(t)) is None else v,
+            t.metrics.get("em", 0.0), others(t), trim_tilt(t, 1.0))
+        for (t, y), r in zip(pairs, readings, strict=True)
+        if r is not None
+    ]  # fmt: skip
+
+
 def kept_readings(path: Path, trajs: Sequence[Trajectory]) -> list[Reading | None] | None:
     """The readings an earlier run of the script wrote, when they are of exactly these
     transcripts (ids in order; none was unreadable), else None: reading is the costly part."""
@@ -267,21 +290,7 @@ def main() -> None:
                 if r is not None:
                     f.write(json.dumps({"id": t.id, "uid": t.uid, "label": y, "prior": r.prior,
                                         "logprobs": r.logprobs}) + "\n")  # fmt: skip
-    draws: dict[str, list[float]] = {}
-    for t, _ in pairs:
-        draws.setdefault(t.uid, []).append(t.metrics.get("em", 0.0))
-
-    def others(traj: Trajectory) -> float:
-        same = draws[traj.uid]
-        em = traj.metrics.get("em", 0.0)
-        return (sum(same) - em) / (len(same) - 1) if len(same) > 1 else nan
-
-    rows = [
-        Row(t.uid, replace(r, tilt=()), y, nan if (v := surprisal(t)) is None else v,
-            t.metrics.get("em", 0.0), others(t), trim_tilt(t, 1.0))
-        for (t, y), r in zip(pairs, readings, strict=True)
-        if r is not None
-    ]  # fmt: skip
+    rows = gate_rows(pairs, readings)
     threshold = threshold_for_share(
         [row.surprisal for row in rows], sum(row.label > 0 for row in rows) / max(len(rows), 1)
     )

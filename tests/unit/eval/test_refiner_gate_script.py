@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
@@ -132,3 +135,28 @@ def test_tilted_trimmer_reads_the_rows_tilt_and_the_plain_one_does_not() -> None
     assert (
         STATS["trimmer exact step, tilted by the steps' surprisal (trim_surprisal=1)"]([row]) == 1.0
     )
+
+
+def test_rows_keep_the_paper_s_reading_and_the_tilt_apart() -> None:
+    """A reader that tilts (the warm start's report reader does) must not tilt the plain
+    trimmer's row: the gate once reported the tilted trimmer under both names. A row also
+    knows what resampling would score: its question's other draws' mean EM."""
+    from refiner_gate import gate_rows
+    from searchrl.types import Trajectory
+
+    def sampled(uid: str, em: float, logprobs: list[list[float]]) -> Trajectory:
+        traj = Trajectory(id=f"{uid}#{em}", question="q", golden_answers=["x"], uid=uid)
+        for lp in logprobs:
+            traj.append("policy", "<search> x </search>", [5] * len(lp), lp)
+            traj.append("env", "<information> p </information>", [6])
+        traj.metrics = {"em": em}
+        return traj
+
+    a = sampled("q1", 0.0, [[-0.1, -0.1], [-3.0, -0.1]])
+    b, c = sampled("q1", 1.0, [[-0.1], [-0.1]]), sampled("q1", 1.0, [[-0.1], [-0.1]])
+    tilted = replace(_reading([0.2, 0.7, 0.1]), tilt=(-9.0, 9.0))
+    rows = gate_rows([(a, 2), (b, 0), (c, 0)], [tilted, tilted, None])
+    assert len(rows) == 2 and rows[0].reading.tilt == () and rows[0].reading.cut(None) == 1
+    assert rows[0].tilt == pytest.approx((math.log(0.1), math.log(3.0)))
+    assert rows[0].resampled == 1.0 and rows[1].resampled == 0.5
+    assert rows[0].surprisal == pytest.approx((0.1 + 0.1 + 3.0 + 0.1) / 4)
