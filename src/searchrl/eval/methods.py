@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
+from searchrl.config.errors import ConfigError
 from searchrl.config.eval import EvalConfig
 from searchrl.data.templates import cot_prompt, direct_prompt, rag_prompt, render_chat
 from searchrl.models.generation import GenerationBackend
@@ -175,9 +176,10 @@ def run_search_r2(questions: Sequence[Question], ctx: Context) -> list[Outcome]:
     `refiner.margin`, at most `refiner.max_revisions` rounds and the trimmer's argmax (no
     probes). Every trajectory keeps its `refinement` record. A greedy first pass is
     regenerated at temperature 1 (seeded): a greedy continuation would repeat the cut suffix."""
-    if ctx.model is None:
-        raise ValueError(
-            "search-r2 needs the policy's weights to score the meta prompt (HF backend)"
+    if ctx.model is None and not callable(getattr(ctx.backend, "score", None)):
+        raise ConfigError(
+            "search-r2 reads the meta prompt with the policy's weights or on an engine that "
+            "scores (vLLM); this backend does neither"
         )
     assert ctx.retriever is not None
     first = policy_method(search=True)(questions, ctx)

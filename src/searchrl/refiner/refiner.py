@@ -114,11 +114,12 @@ class RefineOutcome:
 
 class MetaRefiner:
     """Reads trajectories with the policy's weights and repairs the rejected ones (without a
-    generation backend it can only read: the warm start's accuracy check)."""
+    generation backend it can only read: the warm start's accuracy check; without the module,
+    `model=None`, it reads on an engine that scores, vLLM, as evaluation on vLLM does)."""
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | None,
         tokenizer: object,
         backend: GenerationBackend | None,
         retriever: Retriever,
@@ -140,6 +141,8 @@ class MetaRefiner:
         """Meta prompts per scoring pass: `config.micro_batch_size`, or by device when 0."""
         if self.config.micro_batch_size:
             return self.config.micro_batch_size
+        if self.model is None:
+            return 1
         return 1 if next(self.model.parameters()).device.type == "cpu" else 4
 
     def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
@@ -191,7 +194,14 @@ class MetaRefiner:
             read = engine([prompts[i] for i in on_engine], [cands[i] for i in on_engine])
             for i, logp in zip(on_engine, read, strict=True):
                 scores[i] = logp
+        if rest and self.model is None:
+            raise ValueError(
+                f"{len(rest)} meta prompts cannot be read on the generation engine (it cannot "
+                "score, or the prompt is longer than its context, max_model_len "
+                f"{limit}) and no policy module was loaded to read them"
+            )
         if rest:
+            assert self.model is not None
             device = next(self.model.parameters()).device
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 read = candidate_logprobs(

@@ -292,3 +292,34 @@ def test_a_command_that_never_closes_the_engine_still_exits(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "engine up" in done.stdout
+
+
+def test_the_refiner_reads_on_the_engine_without_the_policy_module(
+    engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`searchrl eval --method search-r2` on vLLM loads no module (it once refused to run
+    there): the refiner reads on the engine as the module would, and a meta prompt longer
+    than the engine's context is refused in words rather than read by a missing module."""
+    from searchrl.config.refiner import RefinerConfig
+    from searchrl.config.rollout import RolloutConfig
+    from searchrl.refiner import MetaRefiner
+    from searchrl.types import Trajectory
+
+    def transcript(passage: str) -> Trajectory:
+        traj = Trajectory(id="t", question="Who wrote it?", golden_answers=["x"])
+        for role, text in (("policy", "<search> who wrote it </search>"),
+                           ("env", f"<information> {passage} </information>"),
+                           ("policy", "<answer> x </answer>")):  # fmt: skip
+            traj.append(role, text, encode(tokenizer, text))
+        return traj
+
+    pad = int(tokenizer.eos_token_id)
+    config, rollout = RefinerConfig(enabled=True), RolloutConfig()
+    on_engine = MetaRefiner(None, tokenizer, engine, None, rollout, config, pad)  # type: ignore[arg-type]
+    on_module = MetaRefiner(model, tokenizer, None, None, rollout, config, pad)  # type: ignore[arg-type]
+    short = transcript("It was written by x in 1901.")
+    (a,), (b,) = on_engine.read([short]), on_module.read([short])
+    assert a is not None and b is not None
+    assert a.logprobs == pytest.approx(b.logprobs, abs=2e-3)
+    with pytest.raises(ValueError, match="no policy module was loaded"):
+        on_engine.read([transcript("It was written by x in 1901. " * 80)])
