@@ -23,11 +23,10 @@ learning recipe), so arms differ only by the refiner:
 | `rule_disc` | `refiner` with the rule discriminator (`refiner.discriminator=rule`) |
 | `resample` | `refiner` cutting at step 1 (`refiner.trimmer=first`): reject and resample |
 | `fresh` | `refiner` redrawing a regeneration that repeats the cut step (`refiner.fresh_tries=2`) |
-| `confidence` | `refiner` deciding on the Actor's surprisal, trimmer tilted by it (below) |
+| `confidence` | `refiner` deciding on the Actor's surprisal (`refiner.discriminator=confidence`) |
 | `conf_resample` | `confidence`, cutting at step 1: reject the unsure and resample |
 
-The confidence arms (`refiner.discriminator=confidence`; `confidence` also tilts the trimmer,
-`refiner.trim_surprisal=1`) take `refiner.confidence_threshold` from the warm start's
+The confidence arms take `refiner.confidence_threshold` from the warm start's
 `meta/final/confidence/threshold_for_flawed_share` (it revises as many of its held-out
 rollouts as the oracle finds flawed).
 
@@ -67,11 +66,7 @@ ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "rule_disc": ("rule discriminator", TRACES_ONLY, ("refiner.discriminator=rule",)),
     "resample": ("reject and resample", TRACES_ONLY, ("refiner.trimmer=first",)),
     "fresh": ("refiner, fresh regenerations", TRACES_ONLY, ("refiner.fresh_tries=2",)),
-    "confidence": (
-        "confidence discriminator",
-        TRACES_ONLY,
-        (CONFIDENCE, "refiner.trim_surprisal=1"),
-    ),
+    "confidence": ("confidence discriminator", TRACES_ONLY, (CONFIDENCE,)),
     "conf_resample": (
         "confidence, reject and resample",
         TRACES_ONLY,

@@ -89,9 +89,10 @@ class RefinerConfig:
     trim_surprisal: NonNegativeFloat = 0.0
     """β: with `trimmer: model`, π_h(k) ∝ P(k) · s_k^β, s_k the largest token surprisal of
     the Actor's step k as sampled (`refiner.confidence.step_surprisal`); 0 is the paper's
-    π_h. On the tour's warm start β = 1 named the oracle's flawed step 0.73 and 0.61 of the
-    time on two held-out sets where π_h named it 0.49 and 0.53, and 0.64 on the four-draw gate
-    (docs/search_r2.md)."""
+    π_h. Not robust: on the tour's warm start, where it was chosen, β = 1 named the oracle's
+    flawed step 0.64 of the time on the four-draw gate against π_h's 0.54, but on the two
+    second-round Actors after it 0.54 against 0.58 and 0.39 against 0.45
+    (docs/search_r2_log.md)."""
 
     fresh_tries: NonNegativeInt = 0
     """Redraws of a regeneration that repeats the cut step's action (the same query, which
