@@ -28,6 +28,8 @@ A quantity without data in a step is logged as 0 with its count (`…_n`) at 0.
 
 from __future__ import annotations
 
+import math
+
 from searchrl.refiner.refiner import RefineOutcome
 from searchrl.types import Trajectory
 
@@ -72,7 +74,8 @@ def refiner_metrics(outcomes: list[RefineOutcome]) -> dict[str, float]:
             if record is None or not record.decisions:
                 continue
             read += 1
-            log_odds.append(record.log_odds)
+            if math.isfinite(record.log_odds):  # −inf: nothing to score (no log-probs)
+                log_odds.append(record.log_odds)
             revisions += record.revisions
             if record.revised:
                 before, after = _em(orig) > 0, _em(final) > 0

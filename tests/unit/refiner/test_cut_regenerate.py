@@ -15,7 +15,14 @@ from transformers import PreTrainedTokenizerBase
 
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.refiner import MetaRefiner, cut_before, meta_prompt, rule_revise, split_steps
+from searchrl.refiner import (
+    MetaRefiner,
+    cut_before,
+    meta_prompt,
+    refiner_metrics,
+    rule_revise,
+    split_steps,
+)
 from searchrl.refiner.confidence import step_surprisal, surprisal, threshold_for_share
 from searchrl.refiner.steps import step_action
 from searchrl.rollout.loop import run_rollouts
@@ -451,6 +458,9 @@ def test_confidence_discriminator_revises_what_the_actor_was_unsure_of(
     assert outcome.accepted == 2
     assert records[0] is not None and records[0].log_odds == pytest.approx(math.log(0.01 / 0.05))
     assert records[1] is not None and records[1].log_odds == pytest.approx(math.log(0.5 / 0.05))
+    assert records[2] is not None and records[2].log_odds == -math.inf
+    mean = refiner_metrics([outcome])["refiner/log_odds_mean"]  # the unscorable one left out
+    assert mean == pytest.approx((math.log(0.01 / 0.05) + math.log(0.5 / 0.05)) / 2)
     strict = replace(config, margin=math.log(20.0))  # τ = ln 20: threshold 1 nat a token
     refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), strict, 0)
     assert refiner.refine([_with_logprobs(traj, -0.5)], seed=3, greedy=True).accepted == 1
