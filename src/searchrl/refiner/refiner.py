@@ -39,6 +39,7 @@ from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner.confidence import confidence_score, trim_tilt
 from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
+from searchrl.refiner.rule import rule_revise
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
     content_free_text,
@@ -52,20 +53,6 @@ from searchrl.retrieval.base import Retriever
 from searchrl.rollout.loop import run_rollouts
 from searchrl.rollout.sampler import row_seed
 from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajectory
-
-
-def rule_revise(traj: Trajectory) -> bool:
-    """The rule-based discriminator: no answer, or a search that returned no passage or only
-    passages an earlier search of the trajectory had already returned."""
-    if traj.answer is None:
-        return True
-    seen: set[str] = set()
-    for call in traj.searches:
-        new = set(call.doc_ids) - seen
-        if not new:
-            return True
-        seen |= new
-    return False
 
 
 def regeneration_seed(seed: int, round_index: int) -> int:
