@@ -5,6 +5,7 @@ questions (one with a Search-R2 refinement record)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -28,7 +29,9 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def trajectory(i: int, correct: bool, refined: bool = False, source: str = "nq") -> Trajectory:
+def trajectory(
+    i: int, correct: bool, refined: bool = False, source: str = "nq", log_odds: float = 1.5
+) -> Trajectory:
     traj = Trajectory(
         id=f"{source}:{i}#0",
         question=f"What is the capital of France ({i})?",
@@ -49,7 +52,7 @@ def trajectory(i: int, correct: bool, refined: bool = False, source: str = "nq")
     traj.metrics = {"em": float(correct), "f1": float(correct), "subem": float(correct)}
     traj.stats.searches, traj.stats.turns, traj.stats.stop_reason = 1, 2, "answer"
     if refined:
-        traj.refinement = Refinement(revised=True, cut_step=2, prefix_segments=2, log_odds=1.5)
+        traj.refinement = Refinement(revised=True, cut_step=2, prefix_segments=2, log_odds=log_odds)
     return traj
 
 
@@ -72,7 +75,9 @@ def training_run(folder: Path, seed: int, rewards: list[float], world: Path) -> 
         )
     rows[-1]["val/em"] = 0.3 + 0.02 * seed
     _jsonl(folder / "metrics.jsonl", rows)
-    trajs = [trajectory(0, True, source="world"), trajectory(1, False, True, source="world")]
+    # −inf: what the confidence discriminator records for a trajectory it could not score
+    unscored = trajectory(1, False, True, source="world", log_odds=-math.inf)
+    trajs = [trajectory(0, True, source="world"), unscored]
     _jsonl(
         folder / "trajectories" / f"eval_step_{len(rewards)}.jsonl", [t.to_json() for t in trajs]
     )

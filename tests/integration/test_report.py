@@ -34,13 +34,18 @@ def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
     assert "Avg. A − B over sets" in page and 'class="grid-table"' in page
     assert "runs/grpo_s* (2 seeds)" in page  # two seeds of one config share a band
     block = re.search(r'<script type="application/json" id="traj-data">(.*?)</script>', page, re.S)
-    records = json.loads(block.group(1))
+    records = json.loads(block.group(1), parse_constant=_refuse)  # as the browser parses it
     assert len(records) == 8 + 8 + 2 + 2
     assert {r["source"] for r in records} >= {"evals/search-r1", "runs/grpo_s0 @ step 3"}
     assert any(r["refinement"] and r["refinement"]["revised"] for r in records)
     trained = [r for r in records if r["source"] == "runs/grpo_s0 @ step 3"]
     assert [r["hops"] for r in trained] == [2, 3]  # looked up in the run's world
+    assert trained[1]["refinement"]["log_odds"] is None  # −inf has no JSON spelling
     assert HOSTILE not in page  # the raw text never appears unescaped
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"JSON.parse refuses {constant}")
 
 
 HOSTILE_ESCAPED = HOSTILE.replace("</", "<\\/")

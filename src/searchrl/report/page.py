@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from importlib import resources
@@ -223,9 +224,23 @@ def grid_section(evals: Sequence[Evaluation]) -> str:
     return f'<section id="grid"><h2>Table 2 grid</h2>{note}{table}</section>'
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or ±inf float as None: the viewer reads the JSON with the
+    browser's `JSON.parse`, which refuses the `NaN`/`-Infinity` Python writes (a confidence
+    discriminator's unscorable trajectory records log-odds −inf)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
 def viewer_section(records: Sequence[dict[str, Any]]) -> str:
     """Filters, the list and the detail pane; the viewer script fills them from the JSON."""
-    data = json.dumps(list(records), ensure_ascii=False).replace("</", "<\\/")
+    data = json.dumps(_finite(list(records)), ensure_ascii=False, allow_nan=False)
+    data = data.replace("</", "<\\/")
     return (
         '<section id="viewer"><h2>Trajectories</h2>'
         '<div class="filters">'
