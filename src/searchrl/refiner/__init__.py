@@ -5,7 +5,8 @@ trajectory is cut there and regenerated (seed 001, Algorithm 1)."""
 from searchrl.refiner.diagnostics import refiner_metrics
 from searchrl.refiner.joint import meta_rows
 from searchrl.refiner.meta import Reading
-from searchrl.refiner.refiner import MetaRefiner, RefineOutcome, regeneration_seed
+from searchrl.refiner.outcome import RefineOutcome
+from searchrl.refiner.refiner import MetaRefiner, regeneration_seed
 from searchrl.refiner.rule import rule_revise
 from searchrl.refiner.steps import cut_before, meta_prompt, split_steps
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from searchrl.refiner.refiner import RefineOutcome
+from searchrl.refiner.outcome import RefineOutcome
 from searchrl.types import Trajectory
 
 

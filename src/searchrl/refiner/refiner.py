@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -39,6 +39,7 @@ from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner.confidence import confidence_score, trim_tilt
 from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
+from searchrl.refiner.outcome import RefineOutcome
 from searchrl.refiner.rule import rule_revise
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
@@ -58,45 +59,6 @@ from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajecto
 def regeneration_seed(seed: int, round_index: int) -> int:
     """The rollout seed of revision round `round_index` (never the first pass's own)."""
     return row_seed(seed, "meta-refiner", round_index + 1)
-
-
-@dataclass
-class RefineOutcome:
-    """Final trajectories (aligned with the input) and what the diagnostics need."""
-
-    final: list[Trajectory]
-    originals: list[Trajectory]
-    """The trajectories as the Actor generated them, aligned with `final`."""
-    trims: dict[int, Trajectory] = field(default_factory=dict)
-    """Index → the original regenerated from the trimmer's first-round cut (revised ones, and
-    the accepted ones probed for J_trim)."""
-    random_cuts: dict[int, Trajectory] = field(default_factory=dict)
-    """Index → the original regenerated from a baseline cut (drawn from the batch-average cut
-    distribution), same seed as its trim."""
-    probed: list[int] = field(default_factory=list)
-    """Indices of accepted trajectories that were trimmed only to estimate J_trim."""
-    accepted: int = 0
-    """Trajectories accepted at their first reading."""
-    refine_s: float = 0.0
-    """Seconds of Algorithm 1: reading (`read_s`) plus cutting and regenerating."""
-    read_s: float = 0.0
-    """Seconds spent reading trajectories under the meta prompt (the scoring forwards)."""
-    probe_s: float = 0.0
-    probes_ran: bool = True
-    """False when the probes were skipped (a dynamic-sampling top-up round): its accepted
-    trajectories then stand for nothing in A_prec, so the round is left out of A_prec and
-    S_trim (its revisions still count)."""
-
-    def unscored(self) -> list[Trajectory]:
-        """Probe and original trajectories that are not final ones (each scored once)."""
-        finals = {id(t) for t in self.final}
-        seen: set[int] = set()
-        out = []
-        for traj in [*self.originals, *self.trims.values(), *self.random_cuts.values()]:
-            if id(traj) not in finals and id(traj) not in seen:
-                seen.add(id(traj))
-                out.append(traj)
-        return out
 
 
 class MetaRefiner:
@@ -132,6 +94,12 @@ class MetaRefiner:
             return 1
         return 1 if next(self.model.parameters()).device.type == "cpu" else 4
 
+    @property
+    def probes_on(self) -> bool:
+        """Whether the diagnostic probes regenerate anything (a share of the accepted is
+        trimmed, or trims get a baseline-cut twin)."""
+        return self.config.probe_share > 0 or self.config.random_cut_probe
+
     def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
         """Each trajectory's meta prompt and answer log-probs (None for one without a step),
         all scored in `config.micro_batch_size`-sized forward passes; under
@@ -164,6 +132,34 @@ class MetaRefiner:
             tilt = trim_tilt(trajectories[index], self.config.trim_surprisal)
             readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1], tilt)
         return readings
+
+    def read_needed(self, trajectories: Sequence[Trajectory], probe: bool) -> list[Reading | None]:
+        """`read`, but only where a reading is used. The confidence discriminator decides on
+        the Actor's own log-probabilities, so with no decision trained (`joint` off) only the
+        trimmer reads: the trajectories it cuts, and with `probe` also the accepted ones (the
+        probes trim them, and S_trim's baseline averages π_h over the batch); a trimmer that
+        does not read (`first`, `random`) reads none. The rest get an unread reading (T and
+        the candidates, NaN log-probs) at no forward pass."""
+        if self.config.discriminator != "confidence" or self.config.joint:
+            return self.read(trajectories)
+        trimmer_reads = self.config.trimmer == "model"
+        wanted = [trimmer_reads and (probe or self._unsure(t)) for t in trajectories]
+        pairs = list(zip(trajectories, wanted, strict=True))
+        read = iter(self.read([t for t, want in pairs if want]))
+        return [next(read) if want else self._unread(t) for t, want in pairs]
+
+    def _unsure(self, traj: Trajectory) -> bool:
+        """The confidence discriminator's decision, read off the trajectory alone."""
+        value = confidence_score(traj, self.config.confidence_threshold)
+        return value is not None and value > self.config.margin
+
+    def _unread(self, traj: Trajectory) -> Reading | None:
+        """A reading without the meta prompt's forward pass (None for a stepless trajectory,
+        as `read` gives): what a decision that does not read still records."""
+        steps = len(split_steps(traj.segments))
+        if not steps:
+            return None
+        return Reading("", [], candidate_ids(self.tokenizer, steps), [math.nan] * (steps + 1))
 
     def _score(self, prompts: list[list[int]], cands: list[list[list[int]]]) -> list[list[float]]:
         """The candidates' log-probs: on the generation engine where `config.read_on_engine`
@@ -220,7 +216,8 @@ class MetaRefiner:
         first_readings: dict[int, Reading] = {}
         for round_index in range(self.config.max_revisions):
             reading_started = time.perf_counter()
-            readings = self.read([final[i] for i in open_rows])
+            probing = probe and not round_index and self.probes_on
+            readings = self.read_needed([final[i] for i in open_rows], probing)
             outcome.read_s += time.perf_counter() - reading_started
             cuts = []
             for i, reading in zip(open_rows, readings, strict=True):

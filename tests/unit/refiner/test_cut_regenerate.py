@@ -466,6 +466,52 @@ def test_confidence_discriminator_revises_what_the_actor_was_unsure_of(
     assert refiner.refine([_with_logprobs(traj, -0.5)], seed=3, greedy=True).accepted == 1
 
 
+def test_the_confidence_discriminator_reads_only_what_the_trimmer_cuts(
+    setup: tuple,
+    tiny: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the Actor's confidence deciding and no decision trained, the meta prompt is read
+    for the trajectories the trimmer cuts only (a trimmer that does not read reads none); the
+    accepted still record a decision (T, NaN log-probs), so V_inter counts them. Probes or
+    joint optimization read every trajectory, as before."""
+    backend, retriever, traj = setup
+    config = RefinerConfig(
+        enabled=True, discriminator="confidence", confidence_threshold=0.05, probe_share=0.0,
+        random_cut_probe=False,
+    )  # fmt: skip
+
+    def refine(cfg: RefinerConfig) -> tuple[list[int], Any]:
+        refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), cfg, 0)
+        sizes: list[int] = []
+        read = refiner.read
+
+        def counted(trajectories: list[Trajectory]) -> list[Any]:
+            sizes.append(len(trajectories))
+            return read(trajectories)
+
+        monkeypatch.setattr(refiner, "read", counted)
+        batch = [_with_logprobs(traj, v) for v in (-0.01, -0.5, -0.02)]
+        return sizes, refiner.refine(batch, seed=3, greedy=True)
+
+    sizes, outcome = refine(config)
+    assert sizes == [1]
+    records = [t.refinement for t in outcome.final]
+    assert [r.revised for r in records if r is not None] == [False, True, False]
+    assert records[0] is not None and records[1] is not None
+    accepted, cut = records[0].decisions[0], records[1].decisions[0]
+    assert accepted.cut_step == 0 and accepted.prompt_ids == [] and accepted.steps == 3
+    assert len(accepted.answer_logprobs) == 4 and all(map(math.isnan, accepted.answer_logprobs))
+    assert cut.prompt_ids and all(map(math.isfinite, cut.answer_logprobs))
+    assert records[0].log_odds == pytest.approx(math.log(0.01 / 0.05))
+    assert refiner_metrics([outcome])["refiner/v_inter"] == pytest.approx(1 / 3)
+    sizes, outcome = refine(replace(config, trimmer="first"))
+    assert sizes == [0] and [t.refinement.cut_step for t in outcome.final] == [0, 1, 0]  # type: ignore[union-attr]
+    for everything in (replace(config, joint=True), replace(config, probe_share=0.5)):
+        assert refine(everything)[0][0] == 3
+
+
 def test_threshold_for_share_revises_that_share() -> None:
     values = [0.01, 0.02, 0.03, 0.04, 0.30, 0.50, 0.02, 0.01]
     threshold = threshold_for_share(values, 0.25)
