@@ -7,7 +7,10 @@ Runs `searchrl train --config tiny_cpu_search_r2` from one warm start, one arm a
 on the same seed (so step 1 samples the same rollouts in every arm and, with the refiner on,
 reads and revises the same ones): `off` (Search-R1: refiner and joint rows off), `joint`
 (full Search-R2, every decision trained, the paper) and `joint@S` for each `--shares` S
-(`refiner.joint_share=S`); with `--module-read` each refiner arm again as `module:ARM`,
+(`refiner.joint_share=S`); with `--confidence` the two confidence arms of
+`benchmarks/search_r2.py` (`confidence`: the Actor's surprisal decides, π_h cuts, only the cut
+trajectories are read; `conf_first`: it decides and cuts at step 1, nothing is read), at
+`--threshold`; with `--module-read` each refiner arm again as `module:ARM`,
 read by the trainer's module instead of the generation engine (`refiner.read_on_engine`).
 Probes and dynamic sampling are off, so a step is generation,
 the refiner (reading, then cutting and regenerating) and the update. `--margin` moves τ so a
@@ -38,6 +41,14 @@ STAGES = {
 }
 
 
+CONFIDENCE = {  # the Actor's confidence decides, no decision trained (the search_r2.py arms)
+    "confidence": ("refiner.discriminator=confidence", "refiner.joint=false"),
+    "conf_first": (
+        "refiner.discriminator=confidence", "refiner.joint=false", "refiner.trimmer=first"
+    ),
+}  # fmt: skip
+
+
 def arm_overrides(arm: str) -> list[str]:
     """`off`, `joint`, `joint@S`, and either refiner arm read by the trainer's module
     (`module:joint@S`) → the overrides that make the arm."""
@@ -47,6 +58,8 @@ def arm_overrides(arm: str) -> list[str]:
         return ["refiner.enabled=false", "refiner.joint=false"]
     if arm == "joint":
         return []
+    if arm in CONFIDENCE:
+        return list(CONFIDENCE[arm])
     share = float(arm.removeprefix("joint@"))
     return [f"refiner.joint_share={share}"]
 
@@ -70,7 +83,7 @@ def run_arm(args: argparse.Namespace, arm: str) -> Path:
         f"data.world_dir={args.world}", f"batch_size={args.batch}", f"n_samples={args.group}",
         f"mini_batch_size={args.batch}", "data.eval_size=0", "algo.dynamic_sampling=false",
         "refiner.probe_share=0", "refiner.random_cut_probe=false", f"refiner.margin={args.margin}",
-        *args.set, *arm_overrides(arm),
+        f"refiner.confidence_threshold={args.threshold}", *args.set, *arm_overrides(arm),
     ]  # fmt: skip
     print(f"{arm}: {' '.join(command)}", file=sys.stderr)
     subprocess.run(command, check=True)
@@ -126,6 +139,14 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="G")
     parser.add_argument("--margin", type=float, default=0.0, help="τ")
     parser.add_argument("--shares", type=float, nargs="*", default=[0.25])
+    parser.add_argument(
+        "--confidence",
+        action="store_true",
+        help="also run the confidence arms (`confidence`, `conf_first`)",
+    )
+    parser.add_argument("--threshold", type=float, default=0.024,
+                        help="refiner.confidence_threshold of the confidence arms (the warm "
+                        "start's meta/final/confidence/threshold_for_flawed_share)")  # fmt: skip
     parser.add_argument("--module-read", action="store_true",
                         help="also run each refiner arm read by the trainer's module, not the "
                         "engine (`refiner.read_on_engine=false`)")  # fmt: skip
@@ -135,6 +156,7 @@ def main() -> None:
     args = parser.parse_args()
     refined = ["joint", *(f"joint@{s:g}" for s in args.shares)]
     arms = ["off", *refined, *(f"module:{arm}" for arm in refined if args.module_read)]
+    arms += list(CONFIDENCE) if args.confidence else []
     if not args.summarize:
         if args.model is None or args.world is None:
             parser.error("--model and --world are needed to run the arms")

@@ -42,3 +42,6 @@ def test_arms_and_their_overrides() -> None:
         "refiner.joint_share=0.25",
     ]
     assert arm_folder("module:joint@0.25") == "module-joint-0.25"
+    confidence = ["refiner.discriminator=confidence", "refiner.joint=false"]
+    assert arm_overrides("confidence") == confidence  # no decision trained: reads only cuts
+    assert arm_overrides("conf_first") == [*confidence, "refiner.trimmer=first"]
