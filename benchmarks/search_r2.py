@@ -35,7 +35,16 @@ search-r1`, refiner arms with `--method search-r2`, whose summary holds both the
 alone (refiner off: the paper's number) and with test-time refinement (τ = 0, N_max = 1, the
 arm's own switches). `--sweep` adds the full model at τ ∈ {−1, 1} and N_max ∈ {2, 3}. Every
 stage is a CLI call whose output marks it done, so a killed run resumes where it stopped
-(training resumes from its last checkpoint). `--summarize` writes `summary.md` and
+(training resumes from its last checkpoint). With `--warm-start RUN` every seed starts
+from that one `searchrl sft` run (its world and model; seeds vary RL alone, which is what fits
+a 2-core machine), and `--eval-world WORLD` evaluates every model on another world's test split
+(an unseen world, or one with more questions):
+
+    python benchmarks/search_r2.py --out runs/r2_shared --warm-start runs/sft2 \
+        --eval-world runs/world_eval --seeds 0 1 2 --steps 8 --arms r1_g conf_resample \
+        --threshold 0.0236
+
+`--summarize` writes `summary.md` and
 `search_r2.png` (benchmarks/search_r2_summary.py).
 """
 
@@ -82,9 +91,11 @@ SWEEP = {  # full model at evaluation: stage → (τ, N_max); τ = 0, N_max = 1 
 }
 
 
-def stages(arms: Sequence[str], sweep: bool) -> list[str]:
-    """Every stage of a seed, in the order they run."""
-    out = ["world", "sft", "eval_sft", *arms, *(f"eval_{a}" for a in arms)]
+def stages(arms: Sequence[str], sweep: bool, warm_start: bool = False) -> list[str]:
+    """Every stage of a seed, in the order they run (no warm start of its own under
+    `--warm-start`, and its "world" is then the evaluation index alone)."""
+    first = ["world"] if warm_start else ["world", "sft"]
+    out = [*first, "eval_sft", *arms, *(f"eval_{a}" for a in arms)]
     return out + list(SWEEP) if sweep and "full" in arms else out
 
 
@@ -97,17 +108,22 @@ class Seed:
         self.args = args
         self.dir.mkdir(parents=True, exist_ok=True)
         self.times_path = self.dir / "times.json"
+        shared = args.warm_start
+        self.sft_dir = shared or self.dir / "sft"
+        self.world_dir = shared / "world" if shared else self.dir / "world"
+        self.eval_world = args.eval_world or self.world_dir
+        """The world whose test split every model is evaluated on (indexed in `world_bm25`)."""
 
     def _world(self) -> list[list[str]]:
         world, index = self.dir / "world", self.dir / "world_bm25"
+        corpus = str(self.eval_world / "corpus.jsonl")
+        build = searchrl("index", "--kind", "bm25", "--corpus", corpus, "--out", str(index))
+        if self.args.warm_start:
+            return [build]
         size = [f"hop_weights={HOPS}", f"test_questions={self.args.test}",
                 f"train_questions={self.args.train}",
                 f"num_entities={self.args.entities}"]  # fmt: skip
-        corpus = str(world / "corpus.jsonl")
-        return [
-            searchrl("world", "--seed", str(self.seed), "--out", str(world), *size),
-            searchrl("index", "--kind", "bm25", "--corpus", corpus, "--out", str(index)),
-        ]
+        return [searchrl("world", "--seed", str(self.seed), "--out", str(world), *size), build]
 
     def _sft(self) -> list[list[str]]:
         options = [f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}",
@@ -120,8 +136,8 @@ class Seed:
 
     def _train(self, arm: str) -> list[list[str]]:
         group = 2 * self.args.group if arm == "r1_2g" else self.args.group
-        start = [f"policy.init_checkpoint={self.dir / 'sft' / 'model'}",
-                 f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}"]  # fmt: skip
+        start = [f"policy.init_checkpoint={self.sft_dir / 'model'}",
+                 f"data.world_dir={self.world_dir}", f"seed={self.seed}"]  # fmt: skip
         run = [f"steps={self.args.steps}", f"batch_size={self.args.batch}",
                f"mini_batch_size={self.args.batch}", f"n_samples={group}", "data.eval_size=0",
                "logging.progress=false", "logging.tensorboard=false"]  # fmt: skip
@@ -132,19 +148,20 @@ class Seed:
 
     def _switches(self, arm: str) -> tuple[str, ...]:
         """The arm's refiner switches, with the warm start's calibrated surprisal threshold
-        for a confidence arm (none before the warm start has run)."""
+        for a confidence arm (`--threshold` where its summary holds none; none before the warm
+        start has run)."""
         switches = ARMS[arm][2]
-        summary = self.dir / "sft" / "summary.json"
+        summary = self.sft_dir / "summary.json"
         if CONFIDENCE not in switches or not summary.is_file():
             return switches
-        threshold = json.loads(summary.read_text()).get(THRESHOLD_KEY)
-        if threshold is None or not threshold > 0:
+        threshold = json.loads(summary.read_text()).get(THRESHOLD_KEY) or self.args.threshold
+        if not threshold > 0:
             return switches
         return (*switches, f"refiner.confidence_threshold={threshold:.6g}")
 
     def _eval(self, model: Path, name: str, method: str, refiner: Sequence[str]) -> list[list[str]]:
         sets = [f"--set={o}" for o in (*ROLLOUT, *refiner)]
-        data, index = self.dir / "world" / "test.jsonl", self.dir / "world_bm25"
+        data, index = self.eval_world / "test.jsonl", self.dir / "world_bm25"
         return [searchrl("eval", "--method", method, "--model", str(model), "--data", str(data),
                          "--index", str(index), "--out", str(self.dir / name), *sets)]  # fmt: skip
 
@@ -154,12 +171,12 @@ class Seed:
         if stage == "world":
             return d / "world_bm25" / "manifest.json", self._world()
         if stage == "sft":
-            return d / "sft" / "summary.json", self._sft()
+            return self.sft_dir / "summary.json", self._sft()
         if stage in ARMS:
             return d / stage / "model" / "config.json", self._train(stage)
         marker = d / stage / "summary.json"
         if stage == "eval_sft":
-            return marker, self._eval(d / "sft" / "model", stage, "search-r1", ())
+            return marker, self._eval(self.sft_dir / "model", stage, "search-r1", ())
         if stage in SWEEP:
             tau, n_max = SWEEP[stage]
             knobs = (f"refiner.margin={tau}", f"refiner.max_revisions={n_max}")
@@ -179,7 +196,7 @@ class Seed:
 def run_all(root: Path, args: argparse.Namespace) -> None:
     """Every stage of every seed, one after another, with one progress bar and an ETA."""
     seeds = [Seed(root, s, args) for s in args.seeds]
-    names = stages(args.arms, args.sweep)
+    names = stages(args.arms, args.sweep, args.warm_start is not None)
     todo = [(s, st) for s in seeds for st in names if not s.commands(st)[0].exists()]
     columns = (TextColumn("search-r2"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -216,12 +233,30 @@ def main() -> None:
                         help="config override for every RL arm (repeatable)")  # fmt: skip
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for the warm start (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--warm-start",
+        type=Path,
+        default=None,
+        help="a `searchrl sft` run (model/, world/, summary.json) every seed "
+        "starts from: seeds then vary RL alone, no world or warm start each",
+    )
+    parser.add_argument(
+        "--eval-world",
+        type=Path,
+        default=None,
+        help="a `searchrl world` folder whose test split every model is "
+        "evaluated on, instead of the world it trained on (a bigger test "
+        "split, or questions of an unseen world)",
+    )
+    parser.add_argument("--threshold", type=float, default=0.0,
+                        help="refiner.confidence_threshold of the confidence arms where the "
+                        "warm start's summary holds none")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         run_all(args.out, args)
-    print(summarize(args.out, args.seeds, args.arms))
+    print(summarize(args.out, args.seeds, args.arms, args.warm_start))
 
 
 if __name__ == "__main__":

@@ -76,13 +76,14 @@ def two_level_gain(diffs: Sequence[np.ndarray], resamples: int = 4000) -> tuple[
     return mean, float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def _quality(root: Path, seeds: Sequence[int]) -> list[str]:
+def _quality(root: Path, seeds: Sequence[int], warm_start: Path | None) -> list[str]:
     lines = ["Refiner quality before RL, held-out own rollouts of the warm-started Actor "
              "(oracle labels), then held-out corrupted references (synthetic):", "",
              "| seed | set | " + " | ".join(name for _, name in QUALITY) + " |",
              "|---|---|" + "---|" * len(QUALITY)]  # fmt: skip
     for seed in seeds:
-        summary = _json(root / f"seed{seed}" / "sft" / "summary.json") or {}
+        sft = warm_start or root / f"seed{seed}" / "sft"
+        summary = _json(sft / "summary.json") or {}
         for label, prefix in (("own rollouts", "meta/"), ("synthetic", "meta/synthetic/")):
             cells = [summary.get(prefix + key) for key, _ in QUALITY]
             text = ["–" if c is None else f"{c:.3g}" for c in cells]
@@ -173,9 +174,12 @@ def _overhead(root: Path, seeds: Sequence[int]) -> list[str]:
     return lines
 
 
-def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
-    """`summary.md` (all tables) and `search_r2.png`; returns the markdown."""
-    lines = [f"Seeds: {', '.join(map(str, seeds))}.", "", *_quality(root, seeds), ""]
+def summarize(
+    root: Path, seeds: Sequence[int], arms: Sequence[str], warm_start: Path | None = None
+) -> str:
+    """`summary.md` (all tables) and `search_r2.png`; returns the markdown. `warm_start`: the
+    one warm start every seed started from (`--warm-start`), else each seed's own."""
+    lines = [f"Seeds: {', '.join(map(str, seeds))}.", "", *_quality(root, seeds, warm_start), ""]
     lines += [*_em_table(root, seeds, arms), "", *_diagnostics(root, seeds, arms), ""]
     lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds), ""]
     lines += ["Wall minutes per stage:", ""]
