@@ -133,7 +133,8 @@ class RefinerConfig:
     """Also regenerate every trimmed trajectory from a baseline cut (not trained on), for the
     trimming skill S_trim = R(chosen cut) − R(baseline cut). The baseline cut is drawn from
     the trimmer's batch-average cut distribution (the paper's Σ_k E[π_h(k)]·E[G_k]), so a
-    trimmer that always cuts late is not credited with skill."""
+    trimmer that always cuts late is not credited with skill. Skipped under `trimmer: first`,
+    whose baseline cut is its own (step 1): S_trim is 0 there by construction."""
 
     def validate(self) -> None:
         """Joint optimization trains the refiner's decisions, so it needs the refiner on."""

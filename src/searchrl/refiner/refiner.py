@@ -95,10 +95,17 @@ class MetaRefiner:
         return 1 if next(self.model.parameters()).device.type == "cpu" else 4
 
     @property
+    def baseline_cuts(self) -> bool:
+        """Whether trims get a baseline-cut twin (`random_cut_probe`). Not for `trimmer:
+        first`: its batch-average cut is step 1 too, so the twin would regenerate the trim
+        itself, same cut, same seed (S_trim is 0 by construction and is not logged)."""
+        return self.config.random_cut_probe and self.config.trimmer != "first"
+
+    @property
     def probes_on(self) -> bool:
         """Whether the diagnostic probes regenerate anything (a share of the accepted is
         trimmed, or trims get a baseline-cut twin)."""
-        return self.config.probe_share > 0 or self.config.random_cut_probe
+        return self.config.probe_share > 0 or self.baseline_cuts
 
     def read(self, trajectories: Sequence[Trajectory]) -> list[Reading | None]:
         """Each trajectory's meta prompt and answer log-probs (None for one without a step),
@@ -380,7 +387,7 @@ class MetaRefiner:
         jobs: list[tuple[str, int, int]] = []
         for i in outcome.probed:
             jobs.append(("trim", i, self.trim(outcome.originals[i], readings[i], seed, 0, greedy)))
-        if self.config.random_cut_probe:
+        if self.baseline_cuts:
             average = average_cut([self.cut_distribution(r) for r in readings.values()])
             for i in sorted([*outcome.trims, *outcome.probed]):
                 jobs.append(("random", i, draw_step(average[: readings[i].steps], picker)))

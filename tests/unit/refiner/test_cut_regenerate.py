@@ -142,6 +142,22 @@ def test_accept_keeps_the_trajectory(
     assert outcome.trims[0] is not final and len(outcome.unscored()) == 2
 
 
+def test_a_first_step_trimmer_gets_no_baseline_cut_twin(
+    setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`trimmer: first` cuts where its batch-average cut does (step 1): the baseline twin
+    would be the trim again, so none is regenerated (the accepted are still probed)."""
+    backend, retriever, traj = setup
+    for margin in (100.0, -100.0):  # accepted and probed, then revised
+        config = RefinerConfig(enabled=True, margin=margin, probe_share=1.0, trimmer="first")
+        refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), config, 0)
+        outcome = refiner.refine([traj], seed=3, greedy=False)
+        assert set(outcome.trims) == {0} and outcome.random_cuts == {}
+    alone = RefinerConfig(enabled=True, probe_share=0.0, trimmer="first")
+    refiner = MetaRefiner(tiny, tokenizer, backend, retriever, RolloutConfig(), alone, 0)
+    assert alone.random_cut_probe and not refiner.probes_on
+
+
 def test_a_half_share_still_probes_a_lone_accepted_trajectory(
     setup: tuple, tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> None:
