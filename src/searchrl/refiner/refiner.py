@@ -21,8 +21,7 @@ Departures, on purpose:
   batch-average cut distribution (S_trim's no-skill baseline). Their time is reported apart
   from the refiner's.
 - Discriminator calibration (`refiner.calibration`, see `refiner.meta`).
-- Under `discriminator: confidence` with no decision trained, only what the trimmer needs is
-  read (`read_needed`): the decision comes from the Actor's own log-probabilities.
+- Under `discriminator: confidence`, no decision trained, only the trimmer reads (`read_needed`).
 """
 
 from __future__ import annotations
