@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from searchrl.eval.stats import paired_test
-from stages import pyplot, write_summary
+from stages import pyplot, read_times, write_summary
 
 BASELINE = "r1_g"
 QUALITY = (("roc_auc", "ROC-AUC"), ("roc_auc_raw", "ROC-AUC raw"),
@@ -184,8 +184,9 @@ def summarize(
     lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds), ""]
     lines += ["Wall minutes per stage:", ""]
     for seed in seeds:
-        times = _json(root / f"seed{seed}" / "times.json") or {}
-        lines.append(f"- seed {seed}: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in times.items()))
+        times = read_times(root / f"seed{seed}" / "times.json")
+        spent = (f"{k} {v['wall'] / 60:.1f}" for k, v in times.items())
+        lines.append(f"- seed {seed}: " + ", ".join(spent))
     _plot(root, seeds, arms)
     return write_summary(root, lines)
 

@@ -63,3 +63,14 @@ def test_without_a_shared_warm_start_each_seed_evaluates_on_its_own_world(tmp_pa
     _, (train,) = seed.commands("r1_g")
     model = tmp_path / "out" / "seed0" / "sft" / "model"
     assert _option(train, "policy.init_checkpoint") == str(model)
+
+
+def test_the_summary_reads_stage_times_as_the_stages_record_them(tmp_path: Path) -> None:
+    """`times.json` holds {stage: {"wall", "cpu"}} (`stages.record`); the summary divided the
+    entry itself by 60 and crashed at the end of a finished run."""
+    from search_r2_summary import summarize
+
+    seed = tmp_path / "seed0"
+    seed.mkdir()
+    (seed / "times.json").write_text(json.dumps({"r1_g": {"wall": 120.0, "cpu": 200.0}}))
+    assert "- seed 0: r1_g 2.0" in summarize(tmp_path, [0], ["r1_g"])
