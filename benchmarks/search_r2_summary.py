@@ -152,25 +152,27 @@ def _diagnostics(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[
     return lines
 
 
-def _overhead(root: Path, seeds: Sequence[int]) -> list[str]:
-    """Seconds per RL step, full Search-R2 against Search-R1 (G), by stage; the diagnostic
-    probes (not in the paper) are timed apart and taken out."""
-    lines = ["| seed | R1 s/step (gen / update) | R2 s/step (gen / refine / probes / update) | "
-             "overhead | overhead without probes |", "|---|---|---|---|---|"]  # fmt: skip
+def _overhead(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str]:
+    """Seconds per RL step of each refiner arm against Search-R1 (G), by stage; the
+    diagnostic probes (not in the paper) are timed apart and taken out."""
+    lines = ["| seed | arm | R1 s/step (gen / update) | s/step (gen / refine / probes / update) | "
+             "overhead | overhead without probes |", "|---|---|---|---|---|---|"]  # fmt: skip
     for seed in seeds:
         r1 = _rows(root / f"seed{seed}" / BASELINE / "metrics.jsonl")
-        r2 = _rows(root / f"seed{seed}" / "full" / "metrics.jsonl")
-        base, step = _train_mean(r1, "timing_s/step"), _train_mean(r2, "timing_s/step")
-        if base is None or step is None:
-            continue
-        probes = _train_mean(r2, "refiner/probe_s") or 0.0
+        base = _train_mean(r1, "timing_s/step")
         r1_parts = [_train_mean(r1, k) or 0.0 for k in ("timing_s/gen", "timing_s/update_actor")]
-        r2_parts = [_train_mean(r2, "timing_s/gen") or 0.0,
-                    _train_mean(r2, "refiner/refine_s") or 0.0, probes,
-                    _train_mean(r2, "timing_s/update_actor") or 0.0]  # fmt: skip
-        lines.append(f"| {seed} | {base:.0f} ({' / '.join(f'{x:.0f}' for x in r1_parts)}) | "
-                     f"{step:.0f} ({' / '.join(f'{x:.0f}' for x in r2_parts)}) | "
-                     f"{step / base - 1:+.0%} | {(step - probes) / base - 1:+.0%} |")  # fmt: skip
+        for arm in (a for a in arms if not a.startswith("r1_")):
+            r2 = _rows(root / f"seed{seed}" / arm / "metrics.jsonl")
+            step = _train_mean(r2, "timing_s/step")
+            if base is None or step is None:
+                continue
+            probes = _train_mean(r2, "refiner/probe_s") or 0.0
+            r2_parts = [_train_mean(r2, "timing_s/gen") or 0.0,
+                        _train_mean(r2, "refiner/refine_s") or 0.0, probes,
+                        _train_mean(r2, "timing_s/update_actor") or 0.0]  # fmt: skip
+            parts = [" / ".join(f"{x:.0f}" for x in p) for p in (r1_parts, r2_parts)]
+            lines.append(f"| {seed} | {arm} | {base:.0f} ({parts[0]}) | {step:.0f} ({parts[1]}) | "
+                         f"{step / base - 1:+.0%} | {(step - probes) / base - 1:+.0%} |")  # fmt: skip
     return lines
 
 
@@ -181,7 +183,7 @@ def summarize(
     one warm start every seed started from (`--warm-start`), else each seed's own."""
     lines = [f"Seeds: {', '.join(map(str, seeds))}.", "", *_quality(root, seeds, warm_start), ""]
     lines += [*_em_table(root, seeds, arms), "", *_diagnostics(root, seeds, arms), ""]
-    lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds), ""]
+    lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds, arms), ""]
     lines += ["Wall minutes per stage:", ""]
     for seed in seeds:
         times = read_times(root / f"seed{seed}" / "times.json")
