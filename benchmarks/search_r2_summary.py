@@ -171,8 +171,9 @@ def _overhead(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str
                         _train_mean(r2, "refiner/refine_s") or 0.0, probes,
                         _train_mean(r2, "timing_s/update_actor") or 0.0]  # fmt: skip
             parts = [" / ".join(f"{x:.0f}" for x in p) for p in (r1_parts, r2_parts)]
+            over, bare = step / base - 1, (step - probes) / base - 1
             lines.append(f"| {seed} | {arm} | {base:.0f} ({parts[0]}) | {step:.0f} ({parts[1]}) | "
-                         f"{step / base - 1:+.0%} | {(step - probes) / base - 1:+.0%} |")  # fmt: skip
+                         f"{over:+.0%} | {bare:+.0%} |")  # fmt: skip
     return lines
 
 
