@@ -41,7 +41,7 @@ a 2-core machine), and `--eval-world WORLD` evaluates every model on another wor
 (an unseen world, or one with more questions):
 
     python benchmarks/search_r2.py --out runs/r2_shared --warm-start runs/sft2 \
-        --eval-world runs/world_eval --seeds 0 1 2 --steps 8 --arms r1_g conf_resample \
+        --eval-world runs/world_eval --seeds 0 1 2 --steps 6 --arms r1_g conf_resample \
         --threshold 0.0236
 
 `--summarize` writes `summary.md` and
