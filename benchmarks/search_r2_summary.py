@@ -160,11 +160,13 @@ def _overhead(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str
     for seed in seeds:
         r1 = _rows(root / f"seed{seed}" / BASELINE / "metrics.jsonl")
         base = _train_mean(r1, "timing_s/step")
+        if base is None:
+            continue
         r1_parts = [_train_mean(r1, k) or 0.0 for k in ("timing_s/gen", "timing_s/update_actor")]
         for arm in (a for a in arms if not a.startswith("r1_")):
             r2 = _rows(root / f"seed{seed}" / arm / "metrics.jsonl")
             step = _train_mean(r2, "timing_s/step")
-            if base is None or step is None:
+            if step is None:
                 continue
             probes = _train_mean(r2, "refiner/probe_s") or 0.0
             r2_parts = [_train_mean(r2, "timing_s/gen") or 0.0,

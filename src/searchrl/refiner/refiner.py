@@ -151,15 +151,16 @@ class MetaRefiner:
         if self.config.discriminator != "confidence" or self.config.joint:
             return self.read(trajectories)
         trimmer_reads = self.config.trimmer == "model"
-        wanted = [trimmer_reads and (probe or self._unsure(t)) for t in trajectories]
+        margin = self.config.margin
+        wanted = [trimmer_reads and (probe or self._confidence(t) > margin) for t in trajectories]
         pairs = list(zip(trajectories, wanted, strict=True))
         read = iter(self.read([t for t, want in pairs if want]))
         return [next(read) if want else self._unread(t) for t, want in pairs]
 
-    def _unsure(self, traj: Trajectory) -> bool:
-        """The confidence discriminator's decision, read off the trajectory alone."""
+    def _confidence(self, traj: Trajectory) -> float:
+        """The Actor's log surprisal ratio, −inf where no log-probabilities were recorded."""
         value = confidence_score(traj, self.config.confidence_threshold)
-        return value is not None and value > self.config.margin
+        return -math.inf if value is None else value
 
     def _unread(self, traj: Trajectory) -> Reading | None:
         """A reading without the meta prompt's forward pass (None for a stepless trajectory,
@@ -268,8 +269,7 @@ class MetaRefiner:
         with `discriminator: confidence` the Actor's log surprisal ratio (−inf where the
         engine recorded no log-probabilities: such a trajectory is accepted)."""
         if self.config.discriminator == "confidence":
-            value = confidence_score(traj, self.config.confidence_threshold)
-            return -math.inf if value is None else value
+            return self._confidence(traj)
         return reading.score
 
     def revise(self, traj: Trajectory, reading: Reading) -> bool:
