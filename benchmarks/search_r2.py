@@ -37,7 +37,7 @@ arm's own switches). `--sweep` adds the full model at τ ∈ {−1, 1} and N_max
 stage is a CLI call whose output marks it done, so a killed run resumes where it stopped
 (training resumes from its last checkpoint). With `--warm-start RUN` every seed starts
 from that one `searchrl sft` run (its world and model; seeds vary RL alone, which is what fits
-a 2-core machine), and `--eval-world WORLD` evaluates every model on another world's test split
+a 2-core machine; it is evaluated once, in `eval_sft/` beside the seeds), and `--eval-world WORLD` evaluates every model on another world's test split
 (an unseen world, or one with more questions):
 
     python benchmarks/search_r2.py --out runs/r2_shared --warm-start runs/sft2 \
@@ -97,6 +97,12 @@ def stages(arms: Sequence[str], sweep: bool, warm_start: bool = False) -> list[s
     first = ["world"] if warm_start else ["world", "sft"]
     out = [*first, "eval_sft", *arms, *(f"eval_{a}" for a in arms)]
     return out + list(SWEEP) if sweep and "full" in arms else out
+
+
+def eval_sft_dir(root: Path, warm_start: Path | None, seed: int) -> Path:
+    """Where the warm start's evaluation is: once for all seeds when they share it (the same
+    model read greedily on the same questions), else in each seed's folder."""
+    return root / "eval_sft" if warm_start else root / f"seed{seed}" / "eval_sft"
 
 
 class Seed:
@@ -159,11 +165,11 @@ class Seed:
             return switches
         return (*switches, f"refiner.confidence_threshold={threshold:.6g}")
 
-    def _eval(self, model: Path, name: str, method: str, refiner: Sequence[str]) -> list[list[str]]:
+    def _eval(self, model: Path, out: Path, method: str, refiner: Sequence[str]) -> list[list[str]]:
         sets = [f"--set={o}" for o in (*ROLLOUT, *refiner)]
         data, index = self.eval_world / "test.jsonl", self.dir / "world_bm25"
         return [searchrl("eval", "--method", method, "--model", str(model), "--data", str(data),
-                         "--index", str(index), "--out", str(self.dir / name), *sets)]  # fmt: skip
+                         "--index", str(index), "--out", str(out), *sets)]  # fmt: skip
 
     def commands(self, stage: str) -> tuple[Path, list[list[str]]]:
         """(marker whose existence means done, the commands of the stage)."""
@@ -174,16 +180,17 @@ class Seed:
             return self.sft_dir / "summary.json", self._sft()
         if stage in ARMS:
             return d / stage / "model" / "config.json", self._train(stage)
-        marker = d / stage / "summary.json"
         if stage == "eval_sft":
-            return marker, self._eval(self.sft_dir / "model", stage, "search-r1", ())
+            out = eval_sft_dir(d.parent, self.args.warm_start, self.seed)
+            return out / "summary.json", self._eval(self.sft_dir / "model", out, "search-r1", ())
+        marker = d / stage / "summary.json"
         if stage in SWEEP:
             tau, n_max = SWEEP[stage]
             knobs = (f"refiner.margin={tau}", f"refiner.max_revisions={n_max}")
-            return marker, self._eval(d / "full" / "model", stage, "search-r2", knobs)
+            return marker, self._eval(d / "full" / "model", d / stage, "search-r2", knobs)
         arm = stage.removeprefix("eval_")
         method = "search-r1" if arm.startswith("r1_") else "search-r2"
-        return marker, self._eval(d / arm / "model", stage, method, self._switches(arm))
+        return marker, self._eval(d / arm / "model", d / stage, method, self._switches(arm))
 
     def run(self, stage: str, threads: int) -> None:
         marker, commands = self.commands(stage)

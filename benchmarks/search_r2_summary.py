@@ -91,8 +91,11 @@ def _quality(root: Path, seeds: Sequence[int], warm_start: Path | None) -> list[
     return lines
 
 
-def _em_rows(root: Path, seeds: Sequence[int], arms: Sequence[str], labels: dict[str, str]):  # type: ignore[no-untyped-def]
+def _em_rows(root: Path, seeds: Sequence[int], arms: Sequence[str], labels: dict[str, str],  # type: ignore[no-untyped-def]
+             warm_start: Path | None):  # fmt: skip
     """Per arm and way of evaluating: EM per seed and the paired gain over Search-R1 (G)."""
+    from search_r2 import eval_sft_dir
+
     out = []
     ways = [("eval_sft", "SFT warm start", "em")]
     for arm in arms:
@@ -103,7 +106,8 @@ def _em_rows(root: Path, seeds: Sequence[int], arms: Sequence[str], labels: dict
         ems, gains, diffs = [], [], []
         for seed in seeds:
             d = root / f"seed{seed}"
-            mine, base = per_question(d / stage, key), per_question(d / f"eval_{BASELINE}", "em")
+            folder = eval_sft_dir(root, warm_start, seed) if stage == "eval_sft" else d / stage
+            mine, base = per_question(folder, key), per_question(d / f"eval_{BASELINE}", "em")
             ems.append(statistics.fmean(mine.values()) if mine else None)
             if mine and base and stage != f"eval_{BASELINE}":
                 ids = sorted(mine.keys() & base.keys())
@@ -114,7 +118,9 @@ def _em_rows(root: Path, seeds: Sequence[int], arms: Sequence[str], labels: dict
     return out
 
 
-def _em_table(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str]:
+def _em_table(
+    root: Path, seeds: Sequence[int], arms: Sequence[str], warm_start: Path | None
+) -> list[str]:
     from search_r2 import ARMS
 
     labels = {a: ARMS[a][0] for a in arms}
@@ -124,7 +130,7 @@ def _em_table(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str
              "Actor alone (refiner off, the paper's number) and with test-time refinement.", "",
              "| model | EM (mean ± std over seeds) | gain per seed | pooled gain |",
              "|---|---|---|---|"]  # fmt: skip
-    for label, ems, gains, pooled in _em_rows(root, seeds, arms, labels):
+    for label, ems, gains, pooled in _em_rows(root, seeds, arms, labels, warm_start):
         per_seed = "; ".join(f"{g.diff:+.3f} [{g.low:+.3f}, {g.high:+.3f}]" for g in gains)
         pool = "–" if pooled is None else f"{pooled[0]:+.3f} [{pooled[1]:+.3f}, {pooled[2]:+.3f}]"
         lines.append(f"| {label} | {_cell(ems)} | {per_seed or '–'} | {pool} |")
@@ -185,7 +191,7 @@ def summarize(
     """`summary.md` (all tables) and `search_r2.png`; returns the markdown. `warm_start`: the
     one warm start every seed started from (`--warm-start`), else each seed's own."""
     lines = [f"Seeds: {', '.join(map(str, seeds))}.", "", *_quality(root, seeds, warm_start), ""]
-    lines += [*_em_table(root, seeds, arms), "", *_diagnostics(root, seeds, arms), ""]
+    lines += [*_em_table(root, seeds, arms, warm_start), "", *_diagnostics(root, seeds, arms), ""]
     lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds, arms), ""]
     lines += ["Wall minutes per stage:", ""]
     for seed in seeds:

@@ -50,6 +50,7 @@ def test_a_shared_warm_start_runs_no_world_or_sft_of_its_own(tmp_path: Path) -> 
     _, (evaluation,) = seed.commands("eval_sft")
     assert _option(evaluation, "--model") == str(tmp_path / "sft2" / "model")
     assert _option(evaluation, "--data") == str(tmp_path / "unseen" / "test.jsonl")
+    assert _option(evaluation, "--out") == str(tmp_path / "out" / "eval_sft")  # once, shared
     (tmp_path / "sft2" / "summary.json").write_text(json.dumps({THRESHOLD_KEY: 0.03}))
     _, (train,) = seed.commands("conf_resample")
     assert _option(train, "refiner.confidence_threshold") == "0.03"  # the warm start's own
@@ -63,6 +64,8 @@ def test_without_a_shared_warm_start_each_seed_evaluates_on_its_own_world(tmp_pa
     _, (train,) = seed.commands("r1_g")
     model = tmp_path / "out" / "seed0" / "sft" / "model"
     assert _option(train, "policy.init_checkpoint") == str(model)
+    _, (evaluation,) = seed.commands("eval_sft")
+    assert _option(evaluation, "--out") == str(tmp_path / "out" / "seed0" / "eval_sft")
 
 
 def test_the_summary_reads_stage_times_as_the_stages_record_them(tmp_path: Path) -> None:
