@@ -37,7 +37,8 @@ arm's own switches). `--sweep` adds the full model at τ ∈ {−1, 1} and N_max
 stage is a CLI call whose output marks it done, so a killed run resumes where it stopped
 (training resumes from its last checkpoint). With `--warm-start RUN` every seed starts
 from that one `searchrl sft` run (its world and model; seeds vary RL alone, which is what fits
-a 2-core machine; it is evaluated once, in `eval_sft/` beside the seeds), and `--eval-world WORLD` evaluates every model on another world's test split
+a 2-core machine; it is evaluated once, in `eval_sft/` beside the seeds), and `--eval-world
+WORLD` evaluates every model on another world's test split
 (an unseen world, or one with more questions):
 
     python benchmarks/search_r2.py --out runs/r2_shared --warm-start runs/sft2 \
