@@ -13,7 +13,7 @@ from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tin
 from searchrl.reward.outcome import em_reward
 from searchrl.train.loop import Trainer
 from searchrl.train.models import frozen_reference, prepare_policy
-from searchrl.train.run import seed_everything, setup_distributed
+from searchrl.train.run import exit_ranks, seed_everything, setup_distributed
 
 
 def main(out: Path) -> None:
@@ -36,6 +36,7 @@ def main(out: Path) -> None:
         {"initial": initial, "after": state, "seen": seen, "world": dist.world_size},
         out / f"rank{dist.rank}.pt",
     )
+    exit_ranks()
 
 
 if __name__ == "__main__":

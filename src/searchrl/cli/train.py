@@ -60,6 +60,7 @@ def train(
     check_sources(settings.data, settings.policy)
     check_output(out, force=force or resume, kind="directory")
     from searchrl.train.checkpoint import latest_checkpoint
+    from searchrl.train.run import exit_ranks
     from searchrl.train.run import train as run_train
 
     if resume and latest_checkpoint(out / "checkpoints") is None:
@@ -67,6 +68,7 @@ def train(
     metrics = run_train(settings, out, resume=resume)
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("val/", "critic/score"))}
     typer.echo(f"done: {out} {shown}")
+    exit_ranks()
 
 
 def sft(config: ConfigOption, out: OutOption, force: ForceOption = False,

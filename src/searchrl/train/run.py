@@ -13,7 +13,10 @@ run, and write the run folder:
 
 from __future__ import annotations
 
+import logging
+import os
 import random
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +107,23 @@ def setup_distributed(policy: PolicyConfig | None = None) -> Distributed:
         barrier=accelerator.wait_for_everyone,
         reduce=reduce,
     )
+
+
+def exit_ranks() -> None:
+    """End a rank of a multi-process run with exit status 0, skipping interpreter teardown;
+    a no-op in a single process. Call it once this rank's work is written and closed.
+
+    Why: every gloo work item holds the Python context of the call that queued it, so the
+    gloo thread that releases a finished collective takes the GIL. When the main thread is
+    already tearing the interpreter down, that thread is told to exit mid-destructor and
+    the C++ runtime aborts the process (SIGABRT after the run succeeded). Destroying the
+    process group first does not help while DDP (and accelerate) still hold it."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 def write_config(config: object, out_dir: Path) -> None:
