@@ -25,6 +25,7 @@ learning recipe), so arms differ only by the refiner:
 | `fresh` | `refiner` redrawing a regeneration that repeats the cut step (`refiner.fresh_tries=2`) |
 | `confidence` | `refiner` deciding on the Actor's surprisal (`refiner.discriminator=confidence`) |
 | `conf_resample` | `confidence`, cutting at step 1: reject the unsure and resample |
+| `conf_random` | `confidence` with a uniformly random cut: S_trim's floor for `confidence` |
 
 The confidence arms take `refiner.confidence_threshold` from the warm start's
 `meta/final/confidence/threshold_for_flawed_share` (it revises as many of its held-out
@@ -81,6 +82,11 @@ ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         "confidence, reject and resample",
         TRACES_ONLY,
         (CONFIDENCE, "refiner.trimmer=first"),
+    ),
+    "conf_random": (
+        "confidence, random cut",
+        TRACES_ONLY,
+        (CONFIDENCE, "refiner.trimmer=random"),
     ),
 }
 DEFAULT_ARMS = ("r1_g", "r1_2g", "refiner", "process", "full", "random_cut")
