@@ -81,8 +81,9 @@ def _quality(root: Path, seeds: Sequence[int], warm_start: Path | None) -> list[
              "(oracle labels), then held-out corrupted references (synthetic):", "",
              "| seed | set | " + " | ".join(name for _, name in QUALITY) + " |",
              "|---|---|" + "---|" * len(QUALITY)]  # fmt: skip
-    for seed in seeds:
-        sft = warm_start or root / f"seed{seed}" / "sft"
+    # A shared warm start is one refiner for every seed: one row, not a copy per seed.
+    sfts = [("all", warm_start)] if warm_start else [(s, root / f"seed{s}" / "sft") for s in seeds]
+    for seed, sft in sfts:
         summary = _json(sft / "summary.json") or {}
         for label, prefix in (("own rollouts", "meta/"), ("synthetic", "meta/synthetic/")):
             cells = [summary.get(prefix + key) for key, _ in QUALITY]
