@@ -20,6 +20,7 @@ from scipy.stats import mannwhitneyu
 
 from searchrl.refiner.confidence import surprisal, threshold_for_share
 from searchrl.refiner.meta import Reading
+from searchrl.refiner.rule import checked_step
 from searchrl.refiner.scoring import candidate_ids
 from searchrl.refiner.steps import meta_prompt, split_steps
 from searchrl.rollout.parse import parse_action
@@ -130,7 +131,7 @@ def label_accuracy(
         "meta/tau_for_flawed_share": threshold,
         "meta/score_mean": sum(r.score for r, _ in pairs) / len(pairs) if pairs else math.nan,
         "meta/trimmer_exact_step": share(
-            sum(replace(r, tilt=()).cut(None) == y for r, y in flawed), len(flawed)
+            sum(replace(r, tilt=(), checked=0).cut(None) == y for r, y in flawed), len(flawed)
         ),
         "meta/trimmer_exact_step_surprisal": share(
             sum(r.cut(None) == y for r, y in flawed if r.tilt), len(flawed)
@@ -143,6 +144,28 @@ def label_accuracy(
             max((sum(y == k for _, y in flawed) for k in {y for _, y in flawed}), default=0),
             len(flawed),
         ),
+    }
+
+
+def checked_accuracy(
+    trajectories: Sequence[Trajectory], readings: Sequence[Reading | None], labels: Sequence[int]
+) -> dict[str, float]:
+    """The checked trimmer (`refiner.trimmer: checked`) on labelled transcripts:
+    `meta/trimmer_exact_step_checked`, how often the step `checked_step` flags (π_h's argmax
+    where no check fires) is the labelled one, on the flawed; and how often a check fires on
+    the flawed and on the clean (`meta/checked/fires_flawed`, `.../fires_clean`: a check
+    that fires on a clean transcript would cut a sound step)."""
+    triples = zip(trajectories, readings, labels, strict=True)
+    rows = [(checked_step(t), r, y) for t, r, y in triples if r is not None]
+    flawed = [(k, r, y) for k, r, y in rows if y > 0]
+    clean = [k for k, _, y in rows if y == 0]
+    if not flawed:
+        return {}
+    hits = sum((k or replace(r, tilt=(), checked=0).cut(None)) == y for k, r, y in flawed)
+    return {
+        "meta/trimmer_exact_step_checked": hits / len(flawed),
+        "meta/checked/fires_flawed": sum(k > 0 for k, _, _ in flawed) / len(flawed),
+        "meta/checked/fires_clean": sum(k > 0 for k in clean) / len(clean) if clean else math.nan,
     }
 
 

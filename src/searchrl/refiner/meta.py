@@ -12,10 +12,12 @@ The model reads a trajectory under the meta prompt and could answer 0 (accept) o
   subtracted first (`Reading.prior`), so τ = 0 means "more likely flawed than an empty
   transcript of this length".
 - Trimmer: π_h(k) = P(k) / Σ_{j=1..T} P(j), the answer distribution renormalised over the valid
-  steps; argmax at evaluation, a seeded draw in training. With `refiner.trim_surprisal` = β
-  > 0 (not in the paper) π_h(k) ∝ P(k) · s_k^β, s_k the largest surprisal −log π of a token
-  the Actor wrote in step k (`refiner.confidence.step_surprisal`): the meta prompt knows
-  which steps look like flaws, the Actor's confidence which of its own it was unsure of.
+  steps; argmax at evaluation, a seeded draw in training. With `refiner.trimmer: checked`
+  (not in the paper) a step that a check of the transcript shows wrong takes all the mass.
+  With `refiner.trim_surprisal` = β > 0 (not in the paper) π_h(k) ∝ P(k) · s_k^β, s_k the
+  largest surprisal −log π of a token the Actor wrote in step k
+  (`refiner.confidence.step_surprisal`): the meta prompt knows which steps look like flaws,
+  the Actor's confidence which of its own it was unsure of.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Reading:
     tilt: tuple[float, ...] = ()
     """Log-weights added to the answers 1..T for the trimmer alone (`refiner.trim_surprisal`:
     β · ln of each step's largest token surprisal); empty: the paper's π_h."""
+    checked: int = 0
+    """The earliest step a check of the transcript shows wrong (`refiner.trimmer: checked`,
+    `refiner.rule.checked_step`): the trimmer cuts there; 0: none fired, π_h decides."""
 
     @property
     def steps(self) -> int:
@@ -70,7 +75,10 @@ class Reading:
         return self.steps > 0 and self.score > margin
 
     def trimmer(self) -> list[float]:
-        """π_h(k) for k = 1..T (sums to 1), times e^tilt(k) before normalising when tilted."""
+        """π_h(k) for k = 1..T (sums to 1), times e^tilt(k) before normalising when tilted;
+        all on the checked step where a check fired."""
+        if self.checked:
+            return [float(k == self.checked) for k in range(1, self.steps + 1)]
         logits = self.logprobs[1:]
         if self.tilt:
             logits = [v + w for v, w in zip(logits, self.tilt, strict=True)]

@@ -22,6 +22,7 @@ Departures, on purpose:
   from the refiner's.
 - Discriminator calibration (`refiner.calibration`, see `refiner.meta`).
 - Under `discriminator: confidence`, no decision trained, only the trimmer reads (`read_needed`).
+- `trimmer: checked` cuts at the earliest step a check of the transcript shows wrong.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from searchrl.models.generation import GenerationBackend
 from searchrl.refiner.confidence import confidence_score, trim_tilt
 from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
 from searchrl.refiner.outcome import RefineOutcome
-from searchrl.refiner.rule import rule_revise
+from searchrl.refiner.rule import checked_step, rule_revise
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
     content_free_text,
@@ -137,8 +138,10 @@ class MetaRefiner:
         for index, (text, ids), cand, logp in zip(
             where, prompts[:n], cands[:n], scores[:n], strict=True
         ):
-            tilt = trim_tilt(trajectories[index], self.config.trim_surprisal)
-            readings[index] = Reading(text, ids, cand, logp, priors[len(cand) - 1], tilt)
+            traj = trajectories[index]
+            tilt = trim_tilt(traj, self.config.trim_surprisal)
+            prior = priors[len(cand) - 1]
+            readings[index] = Reading(text, ids, cand, logp, prior, tilt, self._checked(traj))
         return readings
 
     def read_needed(self, trajectories: Sequence[Trajectory], probe: bool) -> list[Reading | None]:
@@ -146,13 +149,17 @@ class MetaRefiner:
         the Actor's own log-probabilities, so with no decision trained (`joint` off) only the
         trimmer reads: the trajectories it cuts, and with `probe` also the accepted ones (the
         probes trim them, and S_trim's baseline averages π_h over the batch); a trimmer that
-        does not read (`first`, `random`) reads none. The rest get an unread reading (T and
-        the candidates, NaN log-probs) at no forward pass."""
+        does not read (`first`, `random`, `checked` where a check fired) reads none. The rest
+        get an unread reading (T and the candidates, NaN log-probs) at no forward pass."""
         if self.config.discriminator != "confidence" or self.config.joint:
             return self.read(trajectories)
-        trimmer_reads = self.config.trimmer == "model"
+        trimmer = self.config.trimmer
         margin = self.config.margin
-        wanted = [trimmer_reads and (probe or self._confidence(t) > margin) for t in trajectories]
+        wanted = [
+            (trimmer == "model" or (trimmer == "checked" and not self._checked(t)))
+            and (probe or self._confidence(t) > margin)
+            for t in trajectories
+        ]
         pairs = list(zip(trajectories, wanted, strict=True))
         read = iter(self.read([t for t, want in pairs if want]))
         return [next(read) if want else self._unread(t) for t, want in pairs]
@@ -162,13 +169,18 @@ class MetaRefiner:
         value = confidence_score(traj, self.config.confidence_threshold)
         return -math.inf if value is None else value
 
+    def _checked(self, traj: Trajectory) -> int:
+        """The checked trimmer's step (`checked_step`; 0: none fired), 0 for other trimmers."""
+        return checked_step(traj) if self.config.trimmer == "checked" else 0
+
     def _unread(self, traj: Trajectory) -> Reading | None:
         """A reading without the meta prompt's forward pass (None for a stepless trajectory,
         as `read` gives): what a decision that does not read still records."""
         steps = len(split_steps(traj.segments))
         if not steps:
             return None
-        return Reading("", [], candidate_ids(self.tokenizer, steps), [math.nan] * (steps + 1))
+        cands = candidate_ids(self.tokenizer, steps)
+        return Reading("", [], cands, [math.nan] * (steps + 1), checked=self._checked(traj))
 
     def _score(self, prompts: list[list[int]], cands: list[list[list[int]]]) -> list[list[float]]:
         """The candidates' log-probs: on the generation engine where `config.read_on_engine`
@@ -286,7 +298,8 @@ class MetaRefiner:
         self, traj: Trajectory, reading: Reading, seed: int, round_index: int, greedy: bool
     ) -> int:
         """The trimmer (`config.trimmer`): π_h drawn with a seed per trajectory and round (its
-        argmax when `greedy`), a uniformly random step, seeded even when greedy, or step 1."""
+        argmax when `greedy`; `checked`: the checked step where a check fired), a uniformly
+        random step, seeded even when greedy, or step 1."""
         if self.config.trimmer == "first":
             return 1
         if self.config.trimmer == "random":

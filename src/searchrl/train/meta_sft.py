@@ -40,7 +40,13 @@ from searchrl.config.refiner import RefinerConfig
 from searchrl.config.sft import SFTConfig
 from searchrl.data.world import Reference
 from searchrl.data.world.corrupt import Corrupter
-from searchrl.refiner.labelled import confidence_accuracy, label_accuracy, meta_example, oracle_flaw
+from searchrl.refiner.labelled import (
+    checked_accuracy,
+    confidence_accuracy,
+    label_accuracy,
+    meta_example,
+    oracle_flaw,
+)
 from searchrl.refiner.refiner import MetaRefiner
 from searchrl.retrieval.base import Retriever
 from searchrl.reward.judges.symbolic import world_support
@@ -373,6 +379,7 @@ def meta_report(
             continue
         readings = refiner.read(trajs)
         found = label_accuracy(readings, labels, 0.0) | confidence_accuracy(trajs, labels)
+        found |= checked_accuracy(trajs, readings, labels)
         report.update({k.replace("meta/", prefix): v for k, v in found.items()})
         for traj, label, r in zip(trajs, labels, readings, strict=True):
             if r is not None:
