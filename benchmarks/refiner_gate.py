@@ -40,6 +40,7 @@ from searchrl.config.sft import SFTConfig
 from searchrl.refiner.confidence import surprisal, threshold_for_share, trim_tilt
 from searchrl.refiner.labelled import roc_auc
 from searchrl.refiner.meta import Reading
+from searchrl.refiner.rule import checked_step
 from searchrl.train.environment import build_environment, load_policy
 from searchrl.train.meta_sft import labelled_rollouts, mean_em, report_reader
 from searchrl.train.metrics import save_trajectories
@@ -64,6 +65,8 @@ class Row(NamedTuple):
     """What resampling it would score: the mean EM of its question's other draws."""
     tilt: tuple[float, ...] = ()
     """The trimmer's tilt at `refiner.trim_surprisal` = 1 (ln of each step's surprisal)."""
+    checked: int = 0
+    """The earliest step a check of the transcript shows wrong (`checked_step`; 0: none)."""
 
 
 def trimmer_exact(rows: Sequence[Row]) -> float:
@@ -76,6 +79,21 @@ def tilted_exact(rows: Sequence[Row]) -> float:
     """`trimmer_exact` of π_h tilted by the steps' surprisal (`refiner.trim_surprisal=1`)."""
     return trimmer_exact(
         [row._replace(reading=replace(row.reading, tilt=row.tilt)) for row in rows]
+    )
+
+
+def checked_exact(rows: Sequence[Row]) -> float:
+    """`trimmer_exact` of the checked trimmer (`refiner.trimmer=checked`): the checked step
+    where a check fired, π_h's argmax elsewhere."""
+    return trimmer_exact(
+        [row._replace(reading=replace(row.reading, checked=row.checked)) for row in rows]
+    )
+
+
+def fires(flawed: bool) -> Callable[[Sequence[Row]], float]:
+    """How often a check fires on the flawed (or the clean) transcripts."""
+    return lambda rows: float(
+        np.mean([row.checked > 0 for row in rows if (row.label > 0) == flawed])
     )
 
 
@@ -131,6 +149,10 @@ STATS: dict[str, Callable[[Sequence[Row]], float]] = {
     ),
     "trimmer exact step": trimmer_exact,
     "trimmer exact step, tilted by the steps' surprisal (trim_surprisal=1)": tilted_exact,
+    "trimmer exact step, checks first (trimmer=checked)": checked_exact,
+    "checks first minus π_h (paired)": lambda rows: checked_exact(rows) - trimmer_exact(rows),
+    "a check fires, flawed transcripts": fires(True),
+    "a check fires, clean transcripts": fires(False),
     "best constant step": lambda rows: best_constant(rows)[1],
     "ROC-AUC raw, answer-step flaws vs clean": of_kind(True, auc_of(lambda r: r.reading.log_odds)),
     "ROC-AUC raw, search-step flaws vs clean": of_kind(False, auc_of(lambda r: r.reading.log_odds)),
@@ -224,7 +246,8 @@ def gate_rows(
 ) -> list[Row]:
     """One row per read transcript: its reading untilted (the paper's π_h, whatever reader
     produced it), the Actor's surprisal, its EM, what resampling it would score (the mean EM
-    of its question's other draws) and the trimmer's surprisal tilt at β = 1."""
+    of its question's other draws), the trimmer's surprisal tilt at β = 1 and the step the
+    checks flag."""
     draws: dict[str, list[float]] = {}
     for t, _ in pairs:
         draws.setdefault(t.uid, []).append(t.metrics.get("em", 0.0))
@@ -236,7 +259,7 @@ def gate_rows(
 
     return [
         Row(t.uid, replace(r, tilt=()), y, nan if (v := surprisal(t)) is None else v,
-            t.metrics.get("em", 0.0), others(t), trim_tilt(t, 1.0))
+            t.metrics.get("em", 0.0), others(t), trim_tilt(t, 1.0), checked_step(t))
         for (t, y), r in zip(pairs, readings, strict=True)
         if r is not None
     ]  # fmt: skip

@@ -26,6 +26,8 @@ learning recipe), so arms differ only by the refiner:
 | `confidence` | `refiner` deciding on the Actor's surprisal (`refiner.discriminator=confidence`) |
 | `conf_resample` | `confidence`, cutting at step 1: reject the unsure and resample |
 | `conf_random` | `confidence` with a uniformly random cut: S_trim's floor for `confidence` |
+| `checked` | `refiner` cutting where a check of the transcript fails (`refiner.trimmer=checked`) |
+| `conf_checked` | `confidence` with the checked trimmer |
 
 The confidence arms take `refiner.confidence_threshold` from the warm start's
 `meta/final/confidence/threshold_for_flawed_share` (it revises as many of its held-out
@@ -87,6 +89,12 @@ ARMS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         "confidence, random cut",
         TRACES_ONLY,
         (CONFIDENCE, "refiner.trimmer=random"),
+    ),
+    "checked": ("checked trimmer", TRACES_ONLY, ("refiner.trimmer=checked",)),
+    "conf_checked": (
+        "confidence, checked cut",
+        TRACES_ONLY,
+        (CONFIDENCE, "refiner.trimmer=checked"),
     ),
 }
 DEFAULT_ARMS = ("r1_g", "r1_2g", "refiner", "process", "full", "random_cut")

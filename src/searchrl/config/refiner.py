@@ -83,8 +83,8 @@ class RefinerConfig:
     paper): the earliest step a check of the transcript shows wrong (an invalid action, a
     repeated query, a search that brings no new passage or goes beyond the Actor's own plan,
     an answer found in no passage: `refiner.rule.checked_step`), else π_h. On the held-out
-    rollouts of the tour's three Actors it named the oracle's flawed step 0.69, 0.62 and 0.50
-    of the time against π_h's 0.48, 0.49 and 0.45 (docs/search_r2.md). `first` tells the
+    rollouts of the tour's three Actors it named the oracle's flawed step 0.73, 0.67 and 0.52
+    of the time against π_h's 0.54, 0.58 and 0.45 (docs/search_r2.md). `first` tells the
     discriminator's share of the refiner's gain from the trimmer's: on the tour's world even
     the oracle's flaw step earned only ~5 points of EM over the trimmer's average cut, and on
     the Actors of a second and third meta round a new rollout answered 0.11–0.17 more flawed

@@ -158,5 +158,19 @@ def test_rows_keep_the_paper_s_reading_and_the_tilt_apart() -> None:
     rows = gate_rows([(a, 2), (b, 0), (c, 0)], [tilted, tilted, None])
     assert len(rows) == 2 and rows[0].reading.tilt == () and rows[0].reading.cut(None) == 1
     assert rows[0].tilt == pytest.approx((math.log(0.1), math.log(3.0)))
+    assert rows[0].checked == 1  # its first search brought no passage
     assert rows[0].resampled == 1.0 and rows[1].resampled == 0.5
     assert rows[0].surprisal == pytest.approx((0.1 + 0.1 + 3.0 + 0.1) / 4)
+
+
+def test_checked_trimmer_cuts_at_the_rows_checked_step_where_one_fired() -> None:
+    """The checked row takes the checked step where a check fired and π_h's argmax where none
+    did; the firing rates count the flawed and the clean apart."""
+    flagged = Row("q", _reading([0.2, 0.7, 0.1]), 2, 0.1, 0.0, 0.5, (), 2)
+    unflagged = Row("r", _reading([0.2, 0.7, 0.1]), 1, 0.1, 0.0, 0.5, (), 0)
+    clean = Row("s", _reading([0.9, 0.05, 0.05]), 0, 0.1, 1.0, 0.5, (), 1)
+    rows = [flagged, unflagged, clean]
+    assert trimmer_exact(rows) == 0.5  # π_h cuts both flawed ones at step 1
+    assert STATS["trimmer exact step, checks first (trimmer=checked)"](rows) == 1.0
+    assert STATS["a check fires, flawed transcripts"](rows) == 0.5
+    assert STATS["a check fires, clean transcripts"](rows) == 1.0
