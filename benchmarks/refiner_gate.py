@@ -3,6 +3,8 @@ read a trimmer's accuracy: each held-out question rolled out several times.
 
     python benchmarks/refiner_gate.py --run runs/sft --out runs/gate --samples 4
     python benchmarks/refiner_gate.py --run runs/sft --model runs/r2/model --out runs/gate_r2
+    python benchmarks/refiner_gate.py --run runs/sft --out runs/gate_rl \
+        --transcripts runs/r2/trajectories/step_*.jsonl
 
 A `searchrl sft ... meta_rollouts=N` run reports the gate (`meta/final/*`) on one rollout per
 held-out question; a strong Actor flaws few of them (19 of 100 after a second meta round), so
@@ -19,7 +21,9 @@ ROC-AUC within each step count, the revision rate at τ = 0, and the trimmer's e
 next to the best constant step. Intervals are percentile-bootstrap 95 % over questions (a
 question's rollouts are resampled together: they are not independent). Rollouts are kept in
 `--out` per sample (`held_out_s{s}.jsonl`, labels in `metrics.flaw_step`) and read back by a
-rerun; readings go to `readings.jsonl` and the table to `gate.md`.
+rerun; readings go to `readings.jsonl` and the table to `gate.md`. With `--transcripts` the
+transcripts are instead the trajectories an RL run wrote (its train questions, labelled here
+by the same oracle): transcripts no rule or reading was tuned on, read by `--model`.
 """
 
 from __future__ import annotations
@@ -38,14 +42,14 @@ from read_precision import labelled
 from searchrl.config.loading import load_config
 from searchrl.config.sft import SFTConfig
 from searchrl.refiner.confidence import surprisal, threshold_for_share, trim_tilt
-from searchrl.refiner.labelled import roc_auc
+from searchrl.refiner.labelled import oracle_flaw, roc_auc
 from searchrl.refiner.meta import Reading
 from searchrl.refiner.rule import checked_step
 from searchrl.train.environment import build_environment, load_policy
 from searchrl.train.meta_sft import labelled_rollouts, mean_em, report_reader
 from searchrl.train.metrics import save_trajectories
 from searchrl.train.run import set_threads
-from searchrl.types import Trajectory
+from searchrl.types import Question, Trajectory
 
 
 class Row(NamedTuple):
@@ -265,6 +269,18 @@ def gate_rows(
     ]  # fmt: skip
 
 
+def oracle_labelled(
+    paths: Sequence[Path], questions: Sequence[Question]
+) -> list[tuple[Trajectory, int]]:
+    """The trajectories in `paths` (an RL run's `trajectories/step_*.jsonl`), each with the
+    world oracle's label over its question's supporting passages; a trajectory of a question
+    not in `questions` is left out."""
+    support = {q.uid: q.metadata["support"] for q in questions if "support" in q.metadata}
+    trajs = [Trajectory.from_json(json.loads(line))
+             for path in paths for line in path.open() if line.strip()]  # fmt: skip
+    return [(t, oracle_flaw(t, support[t.uid])) for t in trajs if t.uid in support]
+
+
 def kept_readings(path: Path, trajs: Sequence[Trajectory]) -> list[Reading | None] | None:
     """The readings an earlier run of the script wrote, when they are of exactly these
     transcripts (ids in order; none was unreadable), else None: reading is the costly part."""
@@ -285,6 +301,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="where rollouts are kept")
     parser.add_argument("--samples", type=int, default=4, help="rollouts per held-out question")
     parser.add_argument("--questions", type=int, default=0, help="held-out questions (0: all)")
+    parser.add_argument("--transcripts", type=Path, nargs="+", default=[],
+                        help="an RL run's trajectory files, read, not rolled out")  # fmt: skip
     args = parser.parse_args()
     model_dir = args.model or str(args.run / "model")
     overrides = [f"policy.init_checkpoint={model_dir}"]
@@ -295,8 +313,8 @@ def main() -> None:
     policy, tokenizer = load_policy(config.model, config.policy)
     questions = env.questions(config.data.eval_split)[: args.questions or None]
     args.out.mkdir(parents=True, exist_ok=True)
-    pairs: list[tuple[Trajectory, int]] = []
-    for s in range(args.samples):
+    pairs = oracle_labelled(args.transcripts, env.questions(config.data.train_split))
+    for s in range(0 if args.transcripts else args.samples):
         path = args.out / f"held_out_s{s}.jsonl"
         if not path.is_file():
             jobs = [(q, 1, config.seed + 1 + s) for q in questions]
@@ -322,7 +340,7 @@ def main() -> None:
         *gate_table(rows),
         "",
         f"refiner.confidence_threshold that revises the flawed share: {threshold:.4f}",
-        *(resample_table(rows) if args.samples > 1 else []),
+        *(resample_table(rows) if args.samples > 1 or args.transcripts else []),
     ]
     print("\n".join(lines))
     (args.out / "gate.md").write_text("\n".join(lines) + "\n")

@@ -23,7 +23,8 @@ from stages import pyplot, read_times, write_summary
 
 BASELINE = "r1_g"
 QUALITY = (("roc_auc", "ROC-AUC"), ("roc_auc_raw", "ROC-AUC raw"),
-           ("trimmer_exact_step", "trimmer exact"), ("trimmer_first_step", "always first"),
+           ("trimmer_exact_step", "trimmer exact"),
+           ("trimmer_exact_step_checked", "checks first"), ("trimmer_first_step", "always first"),
            ("trimmer_last_step", "always last"), ("trimmer_best_constant", "best constant"),
            ("discriminator_accuracy", "acc τ=0"),
            ("discriminator_recall", "recall"), ("discriminator_specificity", "specificity"),

@@ -4,6 +4,7 @@ constant step, with intervals that resample questions, not transcripts."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -174,3 +175,29 @@ def test_checked_trimmer_cuts_at_the_rows_checked_step_where_one_fired() -> None
     assert STATS["trimmer exact step, checks first (trimmer=checked)"](rows) == 1.0
     assert STATS["a check fires, flawed transcripts"](rows) == 0.5
     assert STATS["a check fires, clean transcripts"](rows) == 1.0
+
+
+def test_an_rl_run_s_transcripts_get_the_oracle_s_labels(tmp_path: Path) -> None:
+    """`--transcripts`: each trajectory an RL run wrote is labelled by the world's oracle over
+    its question's supporting passages; one of a question the world does not hold is left out."""
+    from refiner_gate import oracle_labelled
+    from searchrl.types import Question, SearchCall, Trajectory
+
+    def two_searches(uid: str, docs: list[str]) -> Trajectory:
+        traj = Trajectory(id=f"{uid}#0", question="q", golden_answers=["x"], uid=uid)
+        for turn, doc in enumerate(docs, start=1):
+            traj.append("policy", "<search> x </search>", [5], [-0.1])
+            traj.append("env", "<information> p </information>", [6])
+            traj.searches.append(SearchCall("x", [doc], turn))
+        return traj
+
+    hit, miss = two_searches("w:a", ["1", "2"]), two_searches("w:a", ["1", "9"])
+    hit.append("policy", "<answer> x </answer>", [7], [-0.1])
+    hit.metrics = {"em": 1.0}
+    stranger = two_searches("w:z", ["1", "2"])
+    path = tmp_path / "step_1.jsonl"
+    path.write_text("".join(json.dumps(t.to_json()) + "\n" for t in (hit, miss, stranger)))
+    question = Question("w:a", "q", ("x",), metadata={"support": [["1"], ["2"]]})
+    pairs = oracle_labelled([path], [question])
+    assert [y for _, y in pairs] == [0, 2]  # both hops found and answered right; hop 2 missed
+    assert [t.searches[1].doc_ids for t, _ in pairs] == [["2"], ["9"]]
