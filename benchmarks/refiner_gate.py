@@ -45,6 +45,7 @@ from searchrl.refiner.confidence import surprisal, threshold_for_share, trim_til
 from searchrl.refiner.labelled import oracle_flaw, roc_auc
 from searchrl.refiner.meta import Reading
 from searchrl.refiner.rule import checked_step
+from searchrl.refiner.steps import split_steps
 from searchrl.train.environment import build_environment, load_policy
 from searchrl.train.meta_sft import labelled_rollouts, mean_em, report_reader
 from searchrl.train.metrics import save_trajectories
@@ -168,6 +169,36 @@ STATS: dict[str, Callable[[Sequence[Row]], float]] = {
 """Gate statistics over (uid, reading, label) rows."""
 
 
+def checks_then_constant(rows: Sequence[Row]) -> float:
+    """Exact step of the checks with the best constant step where none fires: the checked
+    trimmer with a reader that knows only where flaws usually are."""
+    k, _ = best_constant(rows)
+    flawed = [row for row in rows if row.label > 0]
+    return sum((row.checked or k) == row.label for row in flawed) / len(flawed) if flawed else nan
+
+
+def check_precision(rows: Sequence[Row]) -> float:
+    """Of the flawed transcripts a check fired on, the share where it named the oracle's step."""
+    fired = [row for row in rows if row.label > 0 and row.checked]
+    return sum(row.checked == row.label for row in fired) / len(fired) if fired else nan
+
+
+CHECK_STATS: dict[str, Callable[[Sequence[Row]], float]] = {
+    "ROC-AUC of the Actor's surprisal (discriminator=confidence)": auc_of(
+        lambda row: row.surprisal
+    ),
+    "a check fires, flawed transcripts": fires(True),
+    "a check fires, clean transcripts": fires(False),
+    "the checked step is the oracle's, where a check fired": check_precision,
+    "checks first, then the best constant step": checks_then_constant,
+    "best constant step": lambda rows: best_constant(rows)[1],
+    "checks first minus the best constant step (paired)": lambda rows: (
+        checks_then_constant(rows) - best_constant(rows)[1]
+    ),
+}
+"""What `--checks-only` reports: the statistics that need no meta-prompt reading."""
+
+
 def clustered_ci(
     rows: Sequence[Row], stat: Callable[[Sequence[Row]], float], resamples: int, seed: int
 ) -> tuple[float, float]:
@@ -190,7 +221,12 @@ def clustered_ci(
     return float(low), float(high)
 
 
-def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> list[str]:
+def gate_table(
+    rows: Sequence[Row],
+    resamples: int = 1000,
+    seed: int = 0,
+    stats: dict[str, Callable[[Sequence[Row]], float]] = STATS,
+) -> list[str]:
     """The gate as a markdown table: each statistic with its question-clustered interval."""
     flawed = sum(row.label > 0 for row in rows)
     questions = len({row.uid for row in rows})
@@ -201,7 +237,7 @@ def gate_table(rows: Sequence[Row], resamples: int = 1000, seed: int = 0) -> lis
         "| statistic | value | 95 % (questions resampled) |",
         "|---|---:|---:|",
     ]
-    for name, stat in STATS.items():
+    for name, stat in stats.items():
         low, high = clustered_ci(rows, stat, resamples, seed)
         label = f"{name} (step {k})" if name == "best constant step" else name
         lines.append(f"| {label} | {stat(rows):.3f} | {low:.3f}–{high:.3f} |")
@@ -281,6 +317,11 @@ def oracle_labelled(
     return [(t, oracle_flaw(t, support[t.uid])) for t in trajs if t.uid in support]
 
 
+def unread(traj: Trajectory) -> Reading:
+    """A reading with the transcript's step count and no log-probabilities (`--checks-only`)."""
+    return Reading("", [], [], [nan] * (len(split_steps(traj.segments)) + 1))
+
+
 def kept_readings(path: Path, trajs: Sequence[Trajectory]) -> list[Reading | None] | None:
     """The readings an earlier run of the script wrote, when they are of exactly these
     transcripts (ids in order; none was unreadable), else None: reading is the costly part."""
@@ -303,6 +344,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=0, help="held-out questions (0: all)")
     parser.add_argument("--transcripts", type=Path, nargs="+", default=[],
                         help="an RL run's trajectory files, read, not rolled out")  # fmt: skip
+    parser.add_argument("--checks-only", action="store_true", help="no meta-prompt reading "
+                        "(slow on a CPU): the checks and the Actor's surprisal alone")  # fmt: skip
     args = parser.parse_args()
     model_dir = args.model or str(args.run / "model")
     overrides = [f"policy.init_checkpoint={model_dir}"]
@@ -324,7 +367,9 @@ def main() -> None:
         pairs += labelled(path)
     kept = args.out / "readings.jsonl"
     readings = kept_readings(kept, [t for t, _ in pairs])
-    if readings is None:
+    if args.checks_only:
+        readings = [unread(t) for t, _ in pairs]
+    elif readings is None:
         readings = report_reader(config, env, policy, tokenizer).read([t for t, _ in pairs])
         with kept.open("w") as f:
             for (t, y), r in zip(pairs, readings, strict=True):
@@ -337,10 +382,14 @@ def main() -> None:
     )
     lines = [
         f"model {model_dir}, sampled EM {mean_em(pairs):.3f}",
-        *gate_table(rows),
+        *gate_table(rows, stats=CHECK_STATS if args.checks_only else STATS),
         "",
         f"refiner.confidence_threshold that revises the flawed share: {threshold:.4f}",
-        *(resample_table(rows) if args.samples > 1 or args.transcripts else []),
+        *(
+            resample_table(rows)
+            if not args.checks_only and (args.samples > 1 or args.transcripts)
+            else []
+        ),
     ]
     print("\n".join(lines))
     (args.out / "gate.md").write_text("\n".join(lines) + "\n")

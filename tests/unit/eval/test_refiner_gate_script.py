@@ -201,3 +201,22 @@ def test_an_rl_run_s_transcripts_get_the_oracle_s_labels(tmp_path: Path) -> None
     pairs = oracle_labelled([path], [question])
     assert [y for _, y in pairs] == [0, 2]  # both hops found and answered right; hop 2 missed
     assert [t.searches[1].doc_ids for t, _ in pairs] == [["2"], ["9"]]
+
+
+def test_checks_only_statistics_need_no_reading() -> None:
+    """`--checks-only`: the checks' precision where they fire, and the checks with the best
+    constant step behind them, from rows whose readings hold no log-probabilities."""
+    from refiner_gate import CHECK_STATS, check_precision, checks_then_constant
+
+    unread = Reading("", [], [], [math.nan] * 4)
+    rows = [
+        Row("a", unread, 2, 0.1, 0.0, 0.5, (), 2),  # checked, right
+        Row("b", unread, 3, 0.1, 0.0, 0.5, (), 1),  # checked, wrong
+        Row("c", unread, 2, 0.1, 0.0, 0.5, (), 0),  # unchecked: the constant (2) is right
+        Row("d", unread, 3, 0.1, 0.0, 0.5, (), 0),  # unchecked: the constant is wrong
+        Row("e", unread, 0, 0.1, 1.0, 0.5, (), 0),
+    ]
+    assert check_precision(rows) == 0.5
+    assert checks_then_constant(rows) == 0.5  # a and c
+    assert CHECK_STATS["best constant step"](rows) == 0.5  # step 2 (ties: either)
+    assert CHECK_STATS["checks first minus the best constant step (paired)"](rows) == 0.0
