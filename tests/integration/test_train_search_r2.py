@@ -115,6 +115,12 @@ def test_sft_with_meta_examples_reports_refiner_accuracy(
         assert summary[f"{prefix}confidence/threshold_for_flawed_share"] > 0.0
         assert summary[f"{prefix}confidence/median_flawed"] > 0.0
     assert not any(k.startswith("meta/synthetic/confidence/") for k in summary)
+    # the checked trimmer is scored on own rollouts only: references record no search results,
+    # so every search of theirs would fail the "brings a new passage" check
+    assert "meta/synthetic/trimmer_exact_step_checked" not in summary
+    assert not any(k.startswith("meta/synthetic/checked/") for k in summary)
+    for key in ("meta/trimmer_exact_step_checked", "meta/final/trimmer_exact_step_checked"):
+        assert 0.0 <= summary.get(key, 0.0) <= 1.0  # absent where no held-out one is flawed
     for key in ("meta/discriminator_accuracy", "meta/synthetic/trimmer_exact_step"):
         assert 0.0 <= summary[key] <= 1.0 or summary[key] != summary[key]  # NaN: no flawed one
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
