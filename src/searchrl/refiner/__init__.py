@@ -6,9 +6,9 @@ from searchrl.refiner.diagnostics import refiner_metrics
 from searchrl.refiner.joint import meta_rows
 from searchrl.refiner.meta import Reading
 from searchrl.refiner.outcome import RefineOutcome
-from searchrl.refiner.refiner import MetaRefiner, regeneration_seed
+from searchrl.refiner.refiner import MetaRefiner
 from searchrl.refiner.rule import rule_revise
-from searchrl.refiner.steps import cut_before, meta_prompt, split_steps
+from searchrl.refiner.steps import cut_before, meta_prompt, regeneration_seed, split_steps
 
 __all__ = [
     "MetaRefiner",

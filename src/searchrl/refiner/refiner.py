@@ -18,8 +18,8 @@ Departures, on purpose:
   (generated, scored, never trained on): a share of the accepted trajectories is trimmed too
   (J_trim for the selection precision A_prec), and every trajectory trimmed in the first round
   is also regenerated, with the same seed, from a baseline cut drawn from the trimmer's
-  batch-average cut distribution (S_trim's no-skill baseline). Their time is reported apart
-  from the refiner's.
+  batch-average cut distribution (S_trim's no-skill baseline; `refiner.probes`). Their time
+  is reported apart from the refiner's.
 - Discriminator calibration (`refiner.calibration`, see `refiner.meta`).
 - Under `discriminator: confidence`, no decision trained, only the trimmer reads (`read_needed`).
 - `trimmer: checked` cuts at the earliest step a check of the transcript shows wrong.
@@ -40,14 +40,16 @@ from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.refiner.confidence import confidence_score, trim_tilt
-from searchrl.refiner.meta import Reading, average_cut, draw_step, logsumexp
+from searchrl.refiner.meta import Reading, logsumexp
 from searchrl.refiner.outcome import RefineOutcome
+from searchrl.refiner.probes import run_probes
 from searchrl.refiner.rule import checked_step, rule_revise
 from searchrl.refiner.scoring import candidate_ids, candidate_logprobs
 from searchrl.refiner.steps import (
     content_free_text,
     cut_before,
     meta_prompt,
+    regeneration_seed,
     render_meta,
     split_steps,
     step_action,
@@ -56,11 +58,6 @@ from searchrl.retrieval.base import Retriever
 from searchrl.rollout.loop import run_rollouts
 from searchrl.rollout.sampler import row_seed
 from searchrl.types import MetaDecision, Question, Refinement, Segment, Trajectory
-
-
-def regeneration_seed(seed: int, round_index: int) -> int:
-    """The rollout seed of revision round `round_index` (never the first pass's own)."""
-    return row_seed(seed, "meta-refiner", round_index + 1)
 
 
 class MetaRefiner:
@@ -273,7 +270,7 @@ class MetaRefiner:
         outcome.refine_s = time.perf_counter() - started
         outcome.probes_ran = probe
         if probe:
-            self._probe(outcome, first_readings, seed, greedy)
+            run_probes(self, outcome, first_readings, seed, greedy)
         return outcome
 
     def score(self, traj: Trajectory, reading: Reading) -> float:
@@ -385,29 +382,3 @@ class MetaRefiner:
             self.backend, self.tokenizer, self.retriever, questions, config,
             prefixes=starts, seed=seed,
         )  # fmt: skip
-
-    def _probe(
-        self, outcome: RefineOutcome, readings: dict[int, Reading], seed: int, greedy: bool
-    ) -> None:
-        """J_trim probes on a share of the accepted, and a baseline-cut twin of every first
-        trim, its cut drawn from the batch-average cut distribution (`average_cut`)."""
-        started = time.perf_counter()
-        accepted = sorted(i for i, r in readings.items() if i not in outcome.trims)
-        picker = random.Random(row_seed(seed, "probe", 0))
-        # ceil: a share of a small batch must still probe someone (round(0.5 * 1) is 0)
-        n_probe = math.ceil(self.config.probe_share * len(accepted))
-        outcome.probed = sorted(picker.sample(accepted, n_probe))
-        regen_seed = regeneration_seed(seed, 0)
-        jobs: list[tuple[str, int, int]] = []
-        for i in outcome.probed:
-            jobs.append(("trim", i, self.trim(outcome.originals[i], readings[i], seed, 0, greedy)))
-        if self.baseline_cuts:
-            average = average_cut([self.cut_distribution(r) for r in readings.values()])
-            for i in sorted([*outcome.trims, *outcome.probed]):
-                jobs.append(("random", i, draw_step(average[: readings[i].steps], picker)))
-        regenerated = self.regenerate_cuts(
-            [outcome.originals[i] for _, i, _ in jobs], [k for _, _, k in jobs], regen_seed
-        )
-        for (kind, i, _), traj in zip(jobs, regenerated, strict=True):
-            (outcome.trims if kind == "trim" else outcome.random_cuts)[i] = traj
-        outcome.probe_s = time.perf_counter() - started

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from searchrl.data.templates import render_chat
 from searchrl.rollout.parse import parse_action
-from searchrl.rollout.sampler import continue_from
+from searchrl.rollout.sampler import continue_from, row_seed
 from searchrl.types import Segment, Trajectory
 
 META_INSTRUCTION = (
@@ -111,3 +111,8 @@ def cut_before(traj: Trajectory, step: int) -> Trajectory:
     start.stats.invalid_actions = sum(k == "invalid" for k in kinds)
     start.refinement = None
     return start
+
+
+def regeneration_seed(seed: int, round_index: int) -> int:
+    """The rollout seed of revision round `round_index` (never the first pass's own)."""
+    return row_seed(seed, "meta-refiner", round_index + 1)

@@ -5,7 +5,6 @@ over real passages), and the Meta-Refiner cutting there whatever π_h reads."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -78,6 +77,15 @@ def test_without_a_plan_a_longer_search_chain_passes(tokenizer: PreTrainedTokeni
     assert planned_hops("<think> Plan: employer, headquarters, country. </think>") == 3
 
 
+def refiner_of(
+    tiny: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, **switches: Any
+) -> MetaRefiner:
+    """A refiner over the tiny model whose regenerations answer right (`SOUND`'s last turn)."""
+    config = RefinerConfig(enabled=True, probe_share=0.0, random_cut_probe=False, **switches)
+    backend = ScriptedBackend(tokenizer, lambda _context: SOUND[2])
+    return MetaRefiner(tiny, tokenizer, backend, DictRetriever(DOCS), CONFIG, config, 0)
+
+
 @pytest.fixture
 def pair(tokenizer: PreTrainedTokenizerBase) -> tuple[Trajectory, Trajectory]:
     """A sound trajectory and one whose last answer no passage holds (checked step 3)."""
@@ -90,18 +98,13 @@ def test_the_refiner_cuts_at_the_checked_step_whatever_pi_h_reads(
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     sound, wrong = pair
-    config = RefinerConfig(
-        enabled=True, margin=-100.0, trimmer="checked", probe_share=0.0, random_cut_probe=False
-    )
-    backend = ScriptedBackend(tokenizer, lambda _context: SOUND[2])
-    refiner = MetaRefiner(tiny, tokenizer, backend, DictRetriever(DOCS), CONFIG, config, 0)
+    refiner = refiner_of(tiny, tokenizer, margin=-100.0, trimmer="checked")
     read_sound, read_wrong = refiner.read([sound, wrong])
     assert read_sound is not None and read_wrong is not None
     assert read_wrong.checked == 3 and refiner.cut_distribution(read_wrong) == [0.0, 0.0, 1.0]
     assert {refiner.trim(wrong, read_wrong, s, 0, greedy=False) for s in range(30)} == {3}
     # no check fires on the sound one: π_h decides, as under `trimmer: model`
-    paper = MetaRefiner(tiny, tokenizer, backend, DictRetriever(DOCS), CONFIG,
-                        replace(config, trimmer="model"), 0)  # fmt: skip
+    paper = refiner_of(tiny, tokenizer, margin=-100.0, trimmer="model")
     (read_paper,) = paper.read([sound])
     assert read_sound.checked == 0 and read_paper is not None
     assert refiner.cut_distribution(read_sound) == pytest.approx(read_paper.trimmer())
@@ -123,12 +126,9 @@ def test_a_confidence_refiner_reads_no_meta_prompt_where_a_check_fired(
         for segment in traj.segments:
             if segment.role == "policy":
                 segment.logprobs = [-0.5] * len(segment.token_ids)  # unsure: both revised
-    config = RefinerConfig(
-        enabled=True, discriminator="confidence", confidence_threshold=0.05, trimmer="checked",
-        probe_share=0.0, random_cut_probe=False,
-    )  # fmt: skip
-    backend = ScriptedBackend(tokenizer, lambda _context: SOUND[2])
-    refiner = MetaRefiner(tiny, tokenizer, backend, DictRetriever(DOCS), CONFIG, config, 0)
+    refiner = refiner_of(
+        tiny, tokenizer, discriminator="confidence", confidence_threshold=0.05, trimmer="checked"
+    )
     read, sizes = refiner.read, []
 
     def counted(trajectories: list[Trajectory]) -> list[Any]:
@@ -149,9 +149,7 @@ def test_checked_accuracy_scores_the_checked_cut(
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     sound, wrong = pair
-    config = RefinerConfig(enabled=True)
-    refiner = MetaRefiner(tiny, tokenizer, None, DictRetriever(DOCS), CONFIG, config, 0)
-    readings = refiner.read([sound, wrong, wrong])
+    readings = refiner_of(tiny, tokenizer).read([sound, wrong, wrong])
     found = checked_accuracy([sound, wrong, wrong], readings, [0, 3, 1])
     assert found["meta/trimmer_exact_step_checked"] == 0.5  # right on the 3, wrong on the 1
     assert found["meta/checked/fires_flawed"] == 1.0
