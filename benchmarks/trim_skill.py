@@ -36,6 +36,9 @@ that repeat it against those that do not. A fourth compares cuts one or two step
 after the oracle's with a new rollout on the same transcripts. `--fresh-tries N` regenerates as
 `refiner.fresh_tries=N` does (a repeat is drawn again, up to N times; files named `_freshN`),
 `--regen-temperature T` as `refiner.regen_temperature=T` does (files named `_tT`).
+`--trimmer checked` weighs the same regenerations by the checked trimmer's cut
+(`refiner.trimmer=checked`: the earliest step a check shows wrong, else π_h), so its S_trim is
+read against its own batch-average cut (table named `_checked`).
 """
 
 from __future__ import annotations
@@ -241,6 +244,12 @@ def main() -> None:
         default=0.0,
         help="refiner.regen_temperature: the continuations' temperature (0: the rollout's)",
     )
+    parser.add_argument(
+        "--trimmer",
+        choices=("model", "checked"),
+        default="model",
+        help="refiner.trimmer whose cut the trimmer rows weigh (the regenerations are shared)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -264,7 +273,11 @@ def main() -> None:
     retriever = BM25Retriever.build(read_corpus(world / "corpus.jsonl"))
     refiner = MetaRefiner(
         module, tokenizer, engine, retriever, config.rollout,
-        RefinerConfig(fresh_tries=args.fresh_tries, regen_temperature=args.regen_temperature),
+        RefinerConfig(
+            fresh_tries=args.fresh_tries,
+            regen_temperature=args.regen_temperature,
+            trimmer=args.trimmer,
+        ),
         pad,
     )  # fmt: skip
     read = refiner.read([t for t, _ in pairs])
@@ -304,8 +317,10 @@ def main() -> None:
     means = iter(total / args.samples for total in totals)
     gains = [[next(means) for _ in range(r.steps)] for _, _, r in kept]
     flawed = sum(y > 0 for _, y, _ in kept)
+    fired = sum(r.checked > 0 for _, _, r in kept)
     print(f"{args.set}: {len(kept)} transcripts ({flawed} flawed), {len(jobs)} cuts, "
-          f"{args.samples} regenerations each, model {model_dir}")  # fmt: skip
+          f"{args.samples} regenerations each, model {model_dir}, trimmer {args.trimmer}"
+          + (f" (a check fired on {fired})" if args.trimmer == "checked" else ""))  # fmt: skip
     print(
         f"EM of the transcripts as generated: {np.mean([t.metrics['em'] for t, _, _ in kept]):.3f}"
     )
@@ -314,7 +329,8 @@ def main() -> None:
     lines = [*table(readings, labels, gains, uids), "", *kind_table(readings, labels, gains)]
     lines += ["", *repeat_table(repeats), "", *offset_table(labels, gains, uids, range(-2, 2))]
     print("\n".join(lines))
-    (args.out / f"{args.set}{variant}_table.md").write_text("\n".join(lines) + "\n")
+    named = variant + ("_checked" if args.trimmer == "checked" else "")
+    (args.out / f"{args.set}{named}_table.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
@@ -118,3 +119,19 @@ def test_cuts_before_and_after_the_oracle_s_step_against_a_new_rollout() -> None
     assert rows["oracle's step -1"][3].startswith("+0.250")
     assert rows["oracle's step"][:3] == ["2", "0.000", "0.375"]
     assert rows["oracle's step"][3].startswith("-0.375")
+
+
+def test_a_checked_trimmer_is_weighed_against_its_own_batch_average_cut() -> None:
+    # π_h is even on both; a check fires on the first at step 2, where it comes right. The
+    # checked trimmer earns 1 there and π_h's 0.5 on the second; its batch-average cut is
+    # (0.25, 0.75), which earns 0.75 and 0.25: S_trim = +0.25, where π_h alone has none.
+    even = [0.5, 0.25, 0.25]
+    gains = [[0.0, 1.0], [1.0, 0.0]]
+    plain = _cells(table([_reading(even), _reading(even)], [2, 1], gains))
+    checked = replace(_reading(even), checked=2)
+    cells = _cells(table([checked, _reading(even)], [2, 1], gains))
+    assert plain["trimmer (drawn)"][1:3] == ["0.500", "+0.000 (+0.000, +0.000)"]
+    assert cells["trimmer (drawn)"][1] == "0.750"
+    assert cells["batch-average"][1] == "0.500"
+    assert cells["trimmer (drawn)"][2].startswith("+0.250")
+    assert cells["uniform"][1] == "0.500"
