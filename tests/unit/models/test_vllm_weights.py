@@ -37,9 +37,8 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         folder = Path(model)
         seen["config"] = json.loads((folder / "config.json").read_text())
         seen["weights"] = load_file(str(folder / vllm_backend.WEIGHTS_FILE))
-        backend = cls(SimpleNamespace(), tokenizer, torch.float32)
-        backend._closed = True  # no engine to shut down
-        return backend
+        seen["folder"] = folder
+        return cls(SimpleNamespace(), tokenizer, torch.float32)  # no engine to shut down
 
     monkeypatch.setattr(VLLMBackend, "create", classmethod(create))
     monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
@@ -64,6 +63,8 @@ def test_an_engine_started_from_a_module_has_an_untied_head(
     weights = no_engine["weights"]
     assert torch.equal(weights["lm_head.weight"], model.lm_head.weight.detach())
     assert model.config.tie_word_embeddings  # the trainer's own model is left tied
+    backend.close()  # and its copy of the weights leaves RAM with it
+    assert not no_engine["folder"].exists()
 
 
 def test_a_sync_into_an_engine_with_a_tied_head_is_refused(
