@@ -63,7 +63,7 @@ from searchrl.utils.progress import progress_bar as progress_bar_eta
 
 
 def set_threads(threads: int) -> None:
-    """Apply `policy.torch_threads` (0 keeps torch's default)."""
+    """Apply `policy.torch_threads` (0 keeps the count the command chose at start)."""
     if threads > 0:
         torch.set_num_threads(threads)
 
