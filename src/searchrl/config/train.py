@@ -48,8 +48,8 @@ class PolicyConfig:
     torch_threads: NonNegativeInt = 0
     """CPU threads for torch (0: the count the command chose at start from the free cores,
     `utils/threads.py`). On a small shared CPU, 1 thread per process is ~2.5x faster than 2
-    (OpenMP threads spin when cores are busy); results differ by thread count in the last
-    digits (another float reduction order), so pin it to repeat a run exactly."""
+    (OpenMP threads spin when cores are busy). Another count sums floats in another order,
+    which changes sampled tokens and so the run: pin it to repeat a run exactly."""
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """Several processes (`accelerate launch`): `ddp` keeps a full copy of the model and its
     optimizer on every rank; `fsdp` shards them (torch FSDP2, one unit per decoder layer),
