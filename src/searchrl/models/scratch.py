@@ -3,7 +3,7 @@
 A vLLM engine reads the trainer's weights from a directory in /dev/shm, which is memory: a run
 that exits normally (or is stopped with SIGTERM) removes it, but a run that is SIGKILLed (the
 OOM killer, a scheduler's hard stop, `kill -9`) cannot, and its copy holds RAM until the next
-reboot: 300 MB for the 135M demo model, 15 GB for a 7B model in bf16. Here 31 such folders had
+reboot: 300 MB for the 135M demo model, 15 GB for a 7B model in bf16. Here 30 such folders had
 piled up in a day of test and benchmark runs. So each directory records its owner (process id
 and PID namespace) in `OWNER_FILE`, and creating a new one first removes those of the same
 prefix whose owner is gone. Only an owner seen in this process's own PID namespace can be
