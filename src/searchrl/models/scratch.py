@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from searchrl.utils.output import pid_alive
+
 SHM = Path("/dev/shm")
 OWNER_FILE = ".searchrl-owner"
 
@@ -28,18 +30,6 @@ def _pid_namespace() -> str:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this id exists (another user's counts: it may not be ours to
-    judge)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _owner(directory: Path) -> tuple[int, str] | None:
@@ -60,7 +50,7 @@ def remove_orphans(prefix: str, parent: Path) -> list[Path]:
         owner = _owner(directory)
         if owner is None or owner[1] != namespace or owner[0] == os.getpid():
             continue
-        if not _alive(owner[0]):
+        if not pid_alive(owner[0]):
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed

@@ -64,7 +64,8 @@ def _temporary_name(target: Path) -> Path:
     return target.parent / f".{stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (another user's counts: not ours to judge)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -82,7 +83,7 @@ def remove_stale_temporaries(target: Path) -> None:
         return
     for stale in target.parent.glob(f"{prefix}*"):
         pid = stale.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
