@@ -12,10 +12,11 @@ after the processes it watches (a process forked later without exec, which the w
 are not, would hold the write end open too).
 
 Why a pipe and not `prctl(PR_SET_PDEATHSIG)`: that signal fires when the *thread* that started
-the child exits, and engines are started from worker threads (generation overlapped with
-training). The watcher runs in its own session, so ^C in a terminal, which signals the whole
-foreground group, does not reach it. A pid is stopped only while its start time still matches
-the one recorded, so a pid the system reused for another process is never signalled.
+the child exits, and a backend may be started from any thread (a thread pool's worker ends
+while the engine is still in use). The watcher runs in its own session, so ^C in a terminal,
+which signals the whole foreground group, does not reach it. A pid is stopped only while its
+start time still matches the one recorded, so a pid reused for another process is never
+signalled.
 """
 
 from __future__ import annotations
