@@ -35,15 +35,19 @@ GRACE_S = 5.0
 """How long stopped processes get to exit on SIGTERM before they are sent SIGKILL."""
 
 
+def _stat(entry: Path) -> list[str]:
+    """The fields of `/proc/PID/stat` after the command name (field 3 onwards): the name may
+    hold spaces and parentheses, so split after its last ")". OSError when it is gone."""
+    return entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (`/proc/PID/stat` field 22), or None
     when it has ended: gone, or a zombie nobody reaped (or there is no /proc)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = _stat(Path(f"/proc/{pid}"))
     except OSError:
         return None
-    # the command name (field 2) may hold spaces and parentheses: split after its last ")"
-    fields = stat.rsplit(")", 1)[1].split()
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
@@ -53,7 +57,7 @@ def descendants(pid: int) -> set[int]:
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            ppid = int(_stat(entry)[1])
         except (OSError, IndexError, ValueError):
             continue
         parents.setdefault(ppid, []).append(int(entry.name))
