@@ -182,11 +182,11 @@ def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
             tokenizer_dir=str(tokenizer_dir),
             dtype=dtype,
             max_model_len=max_model_len,
+            scratch=[tokenizer_dir],
         )
     except BaseException:  # an engine that failed to start leaves no folder behind
         shutil.rmtree(tokenizer_dir, ignore_errors=True)
         raise
-    backend.remove_on_close(tokenizer_dir)
     return Policy(backend=backend, tokenizer=tokenizer, model=None)
 
 

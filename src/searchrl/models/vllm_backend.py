@@ -181,10 +181,13 @@ class VLLMBackend:
         tokenizer_dir: str,
         dtype: str,
         max_model_len: int,
+        scratch: Sequence[Path] = (),
     ) -> VLLMBackend:
         """Start an engine on `model` (a hub id or a local HF directory), using the tokenizer
         saved in `tokenizer_dir`. On CPUs the engine's OpenMP threads are bound as
-        `vllm_threads_bind` says (vLLM reads it from the environment of its worker)."""
+        `vllm_threads_bind` says (vLLM reads it from the environment of its worker). The
+        `scratch` folders (the engine's inputs, written by the caller) are removed at `close`,
+        or by the reaper when the command is killed, from the moment the engine starts."""
         vllm = _vllm()
         bind = core_list(config.vllm_threads_bind)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
@@ -195,17 +198,25 @@ class VLLMBackend:
             dtype=dtype,
             max_model_len=max_model_len,
         )
-        # the engine's processes start here and keep the thread count they inherit
+        # the engine's processes start here and keep the thread count they inherit; a
+        # SIGKILLed command leaves no engine behind, even one killed while it starts
         before = descendants(os.getpid())
-        if _on_cpu():
-            with engine_threads(bound_cores(bind, usable_cores())):
+        reaper = Reaper()
+        reaper.watch_new_descendants(os.getpid(), before)
+        for directory in scratch:
+            reaper.watch_folder(directory)
+        try:
+            if _on_cpu():
+                with engine_threads(bound_cores(bind, usable_cores())):
+                    llm = vllm.LLM(**kwargs)
+            else:
                 llm = vllm.LLM(**kwargs)
-        else:
-            llm = vllm.LLM(**kwargs)
-        engine = descendants(os.getpid()) - before  # before the reaper joins them
+        finally:  # a failed start's leftovers stay watched until this command ends
+            reaper.watch_processes(descendants(os.getpid()) - before)
+            reaper.stop_looking()
         backend = cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len)
-        backend._reaper = Reaper()  # a SIGKILLed command leaves no engine behind either
-        backend._reaper.watch_processes(engine)
+        backend._reaper = reaper
+        backend._scratch.extend(scratch)
         return backend
 
     @classmethod
@@ -232,19 +243,13 @@ class VLLMBackend:
                 tokenizer_dir=str(directory),
                 dtype=dtype,
                 max_model_len=max_model_len,
+                scratch=[directory],
             )
         except BaseException:  # an engine that failed to start (or ^C) leaves no copy in RAM
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        backend.remove_on_close(directory)
         backend.head_untied = True
         return backend
-
-    def remove_on_close(self, directory: Path) -> None:
-        """A scratch folder the engine reads (its tokenizer's) that `close` removes."""
-        self._scratch.append(directory)
-        if self._reaper is not None:
-            self._reaper.watch_folder(directory)
 
     def sync_weights(self, source: Any) -> None:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a

@@ -7,9 +7,14 @@ and worker holding 4.3 GB for 15 minutes (and its weight copy in /dev/shm), enou
 next run killed too. A `Reaper` is a small watcher process holding the read end of a pipe
 whose write end only this process holds: when this process ends, however it ends, the kernel
 closes the write end, the watcher reads end-of-file and stops the processes and removes the
-folders it was told about, unless it was first told to stand down (a clean `close`). Start it
-after the processes it watches (a process forked later without exec, which the watched ones
-are not, would hold the write end open too).
+folders it was told about, unless it was first told to stand down (a clean `close`). The write
+end is close-on-exec, so processes started with exec (vLLM spawns its engine) do not hold it;
+one forked without exec would, and would keep the watcher waiting while it lives.
+
+A kill can also come while the processes are still starting, before their owner knows them:
+`watch_new_descendants` has the watcher poll /proc every `POLL_S` for processes appearing
+below the owner until `stop_looking`, so an engine killed half-started goes too (all but what
+appeared in the last poll interval before the kill).
 
 Why a pipe and not `prctl(PR_SET_PDEATHSIG)`: that signal fires when the *thread* that started
 the child exits, and a backend may be started from any thread (a thread pool's worker ends
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -33,6 +39,9 @@ from pathlib import Path
 
 GRACE_S = 5.0
 """How long stopped processes get to exit on SIGTERM before they are sent SIGKILL."""
+
+POLL_S = 0.2
+"""How often the watcher looks for new processes below the owner (`watch_new_descendants`)."""
 
 
 def _stat(entry: Path) -> list[str]:
@@ -90,6 +99,17 @@ class Reaper:
             if started is not None:
                 self._send(f"pid {pid} {started}")
 
+    def watch_new_descendants(self, owner: int, existing: Iterable[int]) -> None:
+        """Until `stop_looking`, also stop every process that appears below `owner` and is not
+        in `existing` (the descendants before the ones to watch start; the watcher skips
+        itself). Call it before starting them: a kill while they start then stops them too."""
+        self._send(" ".join(["tree", str(owner), *map(str, sorted(set(existing)))]))
+
+    def stop_looking(self) -> None:
+        """End `watch_new_descendants`: what it found stays watched, later processes are not
+        (another resource's reaper, a child that is not this resource's)."""
+        self._send("still")
+
     def watch_folder(self, folder: Path) -> None:
         """Remove this folder if this process dies without `stand_down`."""
         self._send(f"path {folder}")
@@ -132,20 +152,44 @@ def _signal(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
+def adopt(pids: dict[int, int], owner: int, skip: set[int]) -> None:
+    """Record the processes below `owner` that are not in `skip` (with their start times)."""
+    for pid in descendants(owner) - skip - pids.keys():
+        started = start_time(pid)
+        if started is not None:
+            pids[pid] = started
+
+
 def main() -> None:
-    """The watcher: read instructions until end-of-file, then reap unless told `done`."""
+    """The watcher: read instructions until end-of-file, then reap unless told `done`. While
+    told to look (`tree`), it polls for new processes between instructions."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pids: dict[int, int] = {}
     folders: list[Path] = []
-    for raw in sys.stdin.buffer:
-        kind, _, rest = raw.decode().rstrip("\n").partition(" ")
-        if kind == "done":
-            return
-        if kind == "pid":
-            pid, started = rest.split()
-            pids[int(pid)] = int(started)
-        elif kind == "path":
-            folders.append(Path(rest))
+    tree: tuple[int, set[int]] | None = None  # the owner, and the pids not to adopt
+    stdin, pending = sys.stdin.fileno(), b""
+    while True:
+        if tree is not None and not select.select([stdin], [], [], POLL_S)[0]:
+            adopt(pids, *tree)
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            kind, _, rest = line.decode().partition(" ")
+            if kind == "done":
+                return
+            if kind == "pid":
+                pid, started = rest.split()
+                pids[int(pid)] = int(started)
+            elif kind == "path":
+                folders.append(Path(rest))
+            elif kind == "tree":
+                owner, *existing = map(int, rest.split())
+                tree = (owner, {*existing, os.getpid()})
+            elif kind == "still":
+                tree = None
     reap(pids, folders)
 
 

@@ -13,7 +13,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from searchrl.models.vllm_backend import vllm_available
-from searchrl.utils.reaper import start_time
+from searchrl.utils.reaper import POLL_S, descendants, start_time
 
 SIGTERM_RUNS_EXIT_HOOKS = """
 import atexit, pathlib, sys, time
@@ -92,3 +92,65 @@ def test_a_sigkilled_command_leaves_no_engine_behind(
         time.sleep(0.2)
     assert [pid for pid in alive if start_time(pid) is not None] == []
     assert [folder for folder in scratch if folder.exists()] == []
+
+
+KILLED_WHILE_STARTING_OWNER = """
+import sys
+from transformers import AutoTokenizer
+from searchrl.config.model import ModelConfig
+from searchrl.models import vllm_backend
+from searchrl.models.loading import tiny_model
+
+made = vllm_backend.scratch_dir
+def scratch_dir(prefix):
+    folder = made(prefix)
+    print("SCRATCH", folder, flush=True)
+    return folder
+vllm_backend.scratch_dir = scratch_dir
+
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
+vllm_backend.VLLMBackend.from_module(module, tokenizer, config, dtype="float32", max_model_len=256)
+print("STARTED", flush=True)
+"""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+def test_a_command_killed_while_its_engine_starts_leaves_no_engine_behind(
+    tmp_path: Path, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """The reaper used to be told the engine's pids once `vllm.LLM` had returned: a command
+    killed during the start (the OOM killer strikes as weights load) left a half-started engine
+    and its weight copy behind. Killed as soon as its engine core exists, it leaves neither."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WHILE_STARTING_OWNER, str(tmp_path / "tokenizer")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert owner.stdout is not None
+    scratch = Path(next(line for line in owner.stdout if line.startswith("SCRATCH")).split()[1])
+    deadline = time.monotonic() + 120
+    while not any("EngineCore" in _cmdline(pid) for pid in descendants(owner.pid)):
+        assert time.monotonic() < deadline and owner.poll() is None
+        time.sleep(0.05)
+    time.sleep(5 * POLL_S)  # the watcher's polls see the new processes
+    started = {p for p in descendants(owner.pid) if "searchrl.utils.reaper" not in _cmdline(p)}
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        any(start_time(pid) is not None for pid in started) or scratch.exists()
+    ):
+        time.sleep(0.2)
+    assert [pid for pid in started if start_time(pid) is not None] == []
+    assert not scratch.exists()
+    assert "STARTED" not in owner.stdout.read()  # it was killed mid-start (read once all exit)

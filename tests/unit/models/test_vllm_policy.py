@@ -34,7 +34,9 @@ def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
         seen["folder"] = folder
         seen["model_type"] = json.loads((folder / "config.json").read_text())["model_type"]
         seen["tokenizer"] = (folder / "tokenizer_config.json").is_file()
-        return VLLMBackend(object(), tok)
+        backend = VLLMBackend(object(), tok)
+        backend._scratch.extend(kwargs["scratch"])  # as `create` does: `close` removes them
+        return backend
 
     monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
     monkeypatch.setattr(vllm_backend, "engine_dtype", lambda config, device: "float32")

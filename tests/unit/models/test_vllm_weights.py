@@ -38,7 +38,9 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen["config"] = json.loads((folder / "config.json").read_text())
         seen["weights"] = load_file(str(folder / vllm_backend.WEIGHTS_FILE))
         seen["folder"] = folder
-        return cls(SimpleNamespace(), tokenizer, torch.float32)  # no engine to shut down
+        backend = cls(SimpleNamespace(), tokenizer, torch.float32)  # no engine to shut down
+        backend._scratch.extend(kwargs["scratch"])  # as `create` does: `close` removes them
+        return backend
 
     monkeypatch.setattr(VLLMBackend, "create", classmethod(create))
     monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from searchrl.utils.reaper import descendants, reap, start_time
+from searchrl.utils.reaper import POLL_S, descendants, reap, start_time
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -76,6 +76,54 @@ def test_an_owner_that_cleaned_up_stands_the_reaper_down(tmp_path: Path) -> None
         owner.wait(timeout=30)
         assert not _ended_within(helper, 2)
         assert folder.is_dir()
+    finally:
+        if start_time(helper) is not None:
+            os.kill(helper, signal.SIGKILL)
+
+
+STARTING_OWNER = """
+import os, subprocess, sys, time
+from searchrl.utils.reaper import Reaper, descendants
+
+reaper = Reaper()
+reaper.watch_new_descendants(os.getpid(), descendants(os.getpid()))
+if sys.argv[1] == "stop_looking":
+    reaper.stop_looking()
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(helper.pid, flush=True)  # and never tells the reaper about it
+time.sleep(120)
+"""
+
+
+def _killed_while_starting(mode: str) -> int:
+    """An owner started a helper it never named to its reaper; it is SIGKILLed after the
+    watcher had a few polls to see the helper. Returns the helper's pid."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTING_OWNER, mode], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    helper = int(owner.stdout.readline())
+    time.sleep(5 * POLL_S)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    return helper
+
+
+def test_a_helper_killed_while_it_starts_is_reaped_too() -> None:
+    """The reaper used to learn the engine's pids once it had started: a trainer killed during
+    the engine's start left it running. Told to look, the watcher finds new processes itself."""
+    helper = _killed_while_starting("look")
+    try:
+        assert _ended_within(helper, 20)
+    finally:
+        if start_time(helper) is not None:
+            os.kill(helper, signal.SIGKILL)
+
+
+def test_processes_started_after_stop_looking_are_not_adopted() -> None:
+    helper = _killed_while_starting("stop_looking")
+    try:
+        assert not _ended_within(helper, 2)
     finally:
         if start_time(helper) is not None:
             os.kill(helper, signal.SIGKILL)
