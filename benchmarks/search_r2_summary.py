@@ -22,6 +22,8 @@ from searchrl.eval.stats import paired_test
 from stages import pyplot, read_times, write_summary
 
 BASELINE = "r1_g"
+RANDOM_CUT = "random_cut"
+S_TRIM = "refiner/s_trim"
 QUALITY = (("roc_auc", "ROC-AUC"), ("roc_auc_raw", "ROC-AUC raw"),
            ("trimmer_exact_step", "trimmer exact"),
            ("trimmer_exact_step_checked", "checks first"), ("trimmer_first_step", "always first"),
@@ -160,6 +162,51 @@ def _diagnostics(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[
     return lines
 
 
+def s_trim_above(
+    arm: Sequence[Sequence[float]], floor: Sequence[Sequence[float]], resamples: int = 4000
+) -> tuple[float, float, float] | None:
+    """Mean over seeds of (an arm's mean per-step S_trim − the floor arm's), with a 95% interval
+    from resampling each arm's steps within each seed (the arms' batches differ after step 1,
+    so their steps are not paired). Seeds lacking either arm are left out; None if all are."""
+    pairs = [(np.asarray(a), np.asarray(f)) for a, f in zip(arm, floor, strict=True) if a and f]
+    if not pairs:
+        return None
+    rng = np.random.default_rng(0)
+    draws = np.zeros(resamples)
+    for a, f in pairs:
+        draws += rng.choice(a, (resamples, a.size)).mean(1) - rng.choice(
+            f, (resamples, f.size)
+        ).mean(1)
+    draws /= len(pairs)
+    point = statistics.fmean(float(a.mean() - f.mean()) for a, f in pairs)
+    low, high = np.quantile(draws, [0.025, 0.975])
+    return point, float(low), float(high)
+
+
+def _above_random(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str]:
+    """The issue's test of the trimmer: S_trim above the random-cut arm's, per refiner arm."""
+    from search_r2 import ARMS
+
+    def steps(arm: str, seed: int) -> list[float]:
+        rows = _rows(root / f"seed{seed}" / arm / "metrics.jsonl")
+        return [m[S_TRIM] for m in rows if m.get("step", 0) > 0 and S_TRIM in m]
+
+    floor = [steps(RANDOM_CUT, s) for s in seeds]
+    lines = ["S_trim above the random-cut arm's (mean over seeds of the per-step means' "
+             "difference; 95% interval with steps resampled within seeds):", "",
+             "| arm | S_trim − random cut | seeds |", "|---|---|---|"]  # fmt: skip
+    for arm in arms:
+        if arm.startswith("r1_") or arm == RANDOM_CUT:
+            continue
+        mine = [steps(arm, s) for s in seeds]
+        found = s_trim_above(mine, floor)
+        if found is not None:
+            used = [str(s) for s, a, f in zip(seeds, mine, floor, strict=True) if a and f]
+            lines.append(f"| {ARMS[arm][0]} | {found[0]:+.3f} [{found[1]:+.3f}, {found[2]:+.3f}] "
+                         f"| {', '.join(used)} |")  # fmt: skip
+    return lines
+
+
 def _overhead(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str]:
     """Seconds per RL step of each refiner arm against Search-R1 (G), by stage; the
     diagnostic probes (not in the paper) are timed apart and taken out."""
@@ -194,6 +241,7 @@ def summarize(
     one warm start every seed started from (`--warm-start`), else each seed's own."""
     lines = [f"Seeds: {', '.join(map(str, seeds))}.", "", *_quality(root, seeds, warm_start), ""]
     lines += [*_em_table(root, seeds, arms, warm_start), "", *_diagnostics(root, seeds, arms), ""]
+    lines += [*_above_random(root, seeds, arms), ""]
     lines += ["Per-step cost at equal G:", "", *_overhead(root, seeds, arms), ""]
     lines += ["Wall minutes per stage:", ""]
     for seed in seeds:

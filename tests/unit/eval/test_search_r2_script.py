@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
 from search_r2 import THRESHOLD_KEY, Seed, stages
@@ -77,3 +79,27 @@ def test_the_summary_reads_stage_times_as_the_stages_record_them(tmp_path: Path)
     seed.mkdir()
     (seed / "times.json").write_text(json.dumps({"r1_g": {"wall": 120.0, "cpu": 200.0}}))
     assert "- seed 0: r1_g 2.0" in summarize(tmp_path, [0], ["r1_g"])
+
+
+def test_s_trim_above_the_random_cut_pools_only_seeds_that_have_both_arms() -> None:
+    from search_r2_summary import s_trim_above
+
+    assert s_trim_above([[0.3, 0.3], []], [[0.0, 0.0], [0.1]]) == (0.3, 0.3, 0.3)
+    assert s_trim_above([[0.3]], [[]]) is None
+    point, low, high = s_trim_above([[0.4, 0.0, 0.2], [0.1, 0.3]], [[0.0, -0.2], [0.1, 0.1]])
+    assert point == pytest.approx(((0.2 - -0.1) + (0.2 - 0.1)) / 2)
+    assert low < point < high
+
+
+def test_the_summary_reports_s_trim_above_the_random_cut(tmp_path: Path) -> None:
+    """The issue asks for S_trim above the random-cut arm's: the summary computes it from the
+    arms' per-step metrics (it was worked out by hand before)."""
+    from search_r2_summary import summarize
+
+    for arm, values in (("full", [0.2, 0.4]), ("random_cut", [-0.1, 0.1])):
+        folder = tmp_path / "seed0" / arm
+        folder.mkdir(parents=True)
+        rows = [{"step": i + 1, "refiner/s_trim": v} for i, v in enumerate(values)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = summarize(tmp_path, [0], ["r1_g", "full", "random_cut"])
+    assert "| full Search-R2 (joint) | +0.300 [" in text
