@@ -1,0 +1,83 @@
+"""Test-time refinement at every threshold τ, read off one `searchrl eval --method search-r2` run.
+
+    python benchmarks/refiner_tau.py runs/r2_epyc/seed0/eval_full runs/r2_epyc/seed0/eval_process
+
+An evaluation with the refiner on records, per question, the Actor's own greedy answer (refiner
+off: the paper's number), the discriminator's log-odds for "revise" on that trajectory, and
+the answer after refinement where log-odds > τ (the run's `refiner.margin`). A run at τ₀ thus
+answers every τ ≥ τ₀ exactly, with no new generation: a trajectory revised at τ is revised at
+τ₀ too, with the same regeneration, and one not revised keeps the Actor's answer. The table
+gives, per run, the log-odds' ROC-AUC for the Actor's wrong answers, then per τ the share
+revised, EM and its paired difference from the Actor alone with a bootstrap 95 % interval
+(questions resampled), and how many revisions turned a wrong answer right or a right one wrong.
+
+It asks whether any τ makes test-time refinement pay (the D2 question of issue 19: the paper
+validates the trained Actor without the refiner). With N_max = 1 only; a run with more
+revisions records the first decision's log-odds and the last trajectory's answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from searchrl.eval.stats import paired_test
+from searchrl.refiner.labelled import roc_auc
+
+TAUS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+
+
+def read(folder: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """(the run's τ, log-odds, the Actor's EM, the refined EM), one entry per question."""
+    run = json.loads((folder / "run.json").read_text())
+    if run.get("method") != "search-r2":
+        raise SystemExit(f"{folder}: not a search-r2 evaluation (method {run.get('method')})")
+    margin = float(run.get("refiner", {}).get("margin", 0.0))
+    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    odds = np.array([r["trajectory"]["refinement"]["log_odds"] for r in rows], dtype=float)
+    actor = np.array([r["actor_em"] for r in rows], dtype=float)
+    refined = np.array([r["em"] for r in rows], dtype=float)
+    revised = np.array([bool(r["revised"]) for r in rows])
+    if not np.array_equal(revised, odds > margin):
+        raise SystemExit(f"{folder}: revisions do not follow log-odds > τ = {margin}")
+    return margin, odds, actor, refined
+
+
+def rows_for(folder: Path, taus: tuple[float, ...]) -> list[list[str]]:
+    """The table rows of one evaluation run (thresholds below its own τ cannot be read)."""
+    margin, odds, actor, refined = read(folder)
+    auc = roc_auc(odds.tolist(), (actor == 0).tolist())
+    out = []
+    for tau in (t for t in taus if t >= margin):
+        revised = odds > tau
+        em = np.where(revised, refined, actor)
+        gain = paired_test(em, actor, 4000, 0.95, 0)
+        fixed = int(np.sum(revised & (actor == 0) & (refined == 1)))
+        broken = int(np.sum(revised & (actor == 1) & (refined == 0)))
+        out.append([str(folder), f"{auc:.3f}", f"{actor.mean():.3f}", f"{tau:g}",
+                    f"{revised.mean():.2f}", f"{em.mean():.3f}",
+                    f"{gain.diff:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]",
+                    str(fixed), str(broken)])  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="search-r2 evaluation folders")
+    parser.add_argument("--taus", nargs="+", type=float, default=list(TAUS))
+    args = parser.parse_args()
+    table = Table("run", "ROC-AUC", "Actor EM", "τ", "revised", "EM", "− Actor [95 %]",
+                  "wrong→right", "right→wrong")  # fmt: skip
+    for folder in args.runs:
+        for row in rows_for(folder, tuple(args.taus)):
+            table.add_row(*row)
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    main()

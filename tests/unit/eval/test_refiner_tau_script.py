@@ -1,0 +1,51 @@
+"""`benchmarks/refiner_tau.py`: test-time refinement at every τ above the run's, read off the
+per-question records of one search-r2 evaluation."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+from refiner_tau import rows_for
+
+
+def _run(
+    folder: Path, margin: float, odds: list[float], actor: list[float], em: list[float]
+) -> Path:
+    folder.mkdir()
+    (folder / "run.json").write_text(
+        json.dumps({"method": "search-r2", "refiner": {"margin": margin}})
+    )
+    rows = [{"actor_em": a, "em": e, "revised": o > margin,
+             "trajectory": {"refinement": {"log_odds": o}}}
+            for o, a, e in zip(odds, actor, em, strict=True)]  # fmt: skip
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_a_higher_tau_keeps_the_actor_answer_where_it_no_longer_revises(tmp_path: Path) -> None:
+    # question 0 is kept at τ = 0; 1 is fixed, 2 broken, 3 stays wrong
+    run = _run(tmp_path / "eval", 0.0, [-1.0, 0.3, 0.6, 1.2], [1, 0, 1, 0], [1, 1, 0, 0])
+    rows = {row[3]: row for row in rows_for(run, (0.0, 0.5, 2.0))}
+    # columns: run, ROC-AUC, Actor EM, τ, revised, EM, gain, wrong→right, right→wrong
+    assert rows["0"][1] == "0.750" and rows["0"][2] == "0.500"  # 3 of 4 pairs ranked right
+    assert rows["0"][4:6] == ["0.75", "0.500"] and rows["0"][7:] == ["1", "1"]
+    assert rows["0.5"][4:6] == ["0.50", "0.250"] and rows["0.5"][7:] == ["0", "1"]
+    assert rows["2"][4:6] == ["0.00", "0.500"] and rows["2"][6].startswith("+0.000")
+
+
+def test_thresholds_below_the_runs_own_cannot_be_read(tmp_path: Path) -> None:
+    run = _run(tmp_path / "eval", 0.5, [0.3, 0.6], [1, 0], [1, 1])
+    assert [row[3] for row in rows_for(run, (0.0, 0.25, 0.5, 1.0))] == ["0.5", "1"]
+
+
+def test_a_run_whose_revisions_do_not_follow_its_threshold_is_refused(tmp_path: Path) -> None:
+    run = _run(tmp_path / "eval", 0.0, [0.3, 0.6], [1, 0], [1, 1])
+    (run / "run.json").write_text(json.dumps({"method": "search-r2", "refiner": {"margin": 0.5}}))
+    with pytest.raises(SystemExit, match="do not follow"):
+        rows_for(run, (0.5,))
