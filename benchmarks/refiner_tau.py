@@ -1,6 +1,8 @@
-"""Test-time refinement at every threshold τ, read off one `searchrl eval --method search-r2` run.
+"""Refinement at every threshold τ, read off one `searchrl eval --method search-r2` run or the
+trajectories a training run with the refiner kept.
 
     python benchmarks/refiner_tau.py runs/r2_epyc/seed0/eval_full runs/r2_epyc/seed0/eval_process
+    python benchmarks/refiner_tau.py runs/r2_epyc/seed0/full    # its trajectories/step_*.jsonl
 
 An evaluation with the refiner on records, per question, the Actor's own greedy answer (refiner
 off: the paper's number), the discriminator's log-odds for "revise" on that trajectory, and
@@ -14,6 +16,12 @@ revised, EM and its paired difference from the Actor alone with a bootstrap 95 %
 It asks whether any τ makes test-time refinement pay (the D2 question of issue 19: the paper
 validates the trained Actor without the refiner). With N_max = 1 only; a run with more
 revisions records the first decision's log-odds and the last trajectory's answer.
+
+A training run's folder is read the same way from every trajectory its steps sampled (before
+any were dropped from the update), the "Actor" being the sampled trajectory before refinement
+(`refinement.original_em`) and τ₀ the run's `refiner.margin`: A_prec over the trajectories
+revised at τ, as if training had used that τ, and the ROC-AUC of the meta prompt on the
+Actor's sampled (not greedy) rollouts as RL moves it.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -33,19 +42,30 @@ TAUS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 
 
 def read(folder: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-    """(the run's τ, log-odds, the Actor's EM, the refined EM), one entry per question."""
-    run = json.loads((folder / "run.json").read_text())
-    if run.get("method") != "search-r2":
-        raise SystemExit(f"{folder}: not a search-r2 evaluation (method {run.get('method')})")
-    margin = float(run.get("refiner", {}).get("margin", 0.0))
-    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    odds = np.array([r["trajectory"]["refinement"]["log_odds"] for r in rows], dtype=float)
-    actor = np.array([r["actor_em"] for r in rows], dtype=float)
-    refined = np.array([r["em"] for r in rows], dtype=float)
-    revised = np.array([bool(r["revised"]) for r in rows])
+    """(the run's τ, log-odds, the Actor's EM, the refined EM), one entry per trajectory."""
+    if (folder / "samples.jsonl").is_file():
+        run = json.loads((folder / "run.json").read_text())
+        if run.get("method") != "search-r2":
+            raise SystemExit(f"{folder}: not a search-r2 evaluation (method {run.get('method')})")
+        margin = float(run.get("refiner", {}).get("margin", 0.0))
+        rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+        actor = [r["actor_em"] for r in rows]
+        refined = [r["em"] for r in rows]
+        rows = [r["trajectory"] for r in rows]
+    else:
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        margin = float(config["refiner"]["margin"])
+        files = sorted((folder / "trajectories").glob("step_*.jsonl"))
+        rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+        if not rows or "original_em" not in (rows[0].get("refinement") or {}):
+            raise SystemExit(f"{folder}: no evaluation samples and no refined trajectories")
+        actor = [r["refinement"]["original_em"] for r in rows]
+        refined = [r["metrics"]["em"] for r in rows]
+    odds = np.array([r["refinement"]["log_odds"] for r in rows], dtype=float)
+    revised = np.array([bool(r["refinement"]["revised"]) for r in rows])
     if not np.array_equal(revised, odds > margin):
         raise SystemExit(f"{folder}: revisions do not follow log-odds > τ = {margin}")
-    return margin, odds, actor, refined
+    return margin, odds, np.array(actor, dtype=float), np.array(refined, dtype=float)
 
 
 def rows_for(folder: Path, taus: tuple[float, ...]) -> list[list[str]]:
@@ -59,20 +79,23 @@ def rows_for(folder: Path, taus: tuple[float, ...]) -> list[list[str]]:
         gain = paired_test(em, actor, 4000, 0.95, 0)
         fixed = int(np.sum(revised & (actor == 0) & (refined == 1)))
         broken = int(np.sum(revised & (actor == 1) & (refined == 0)))
-        out.append([str(folder), f"{auc:.3f}", f"{actor.mean():.3f}", f"{tau:g}",
+        a_prec = f"{np.mean(refined[revised] - actor[revised]):+.3f}" if revised.any() else "–"
+        out.append([str(folder), str(odds.size), f"{auc:.3f}", f"{actor.mean():.3f}", f"{tau:g}",
                     f"{revised.mean():.2f}", f"{em.mean():.3f}",
-                    f"{gain.diff:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]",
+                    f"{gain.diff:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]", a_prec,
                     str(fixed), str(broken)])  # fmt: skip
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="search-r2 evaluation folders")
+    parser.add_argument(
+        "runs", nargs="+", type=Path, help="search-r2 evaluation folders or refiner training runs"
+    )
     parser.add_argument("--taus", nargs="+", type=float, default=list(TAUS))
     args = parser.parse_args()
-    table = Table("run", "ROC-AUC", "Actor EM", "τ", "revised", "EM", "− Actor [95 %]",
-                  "wrong→right", "right→wrong")  # fmt: skip
+    table = Table("run", "n", "ROC-AUC", "Actor EM", "τ", "revised", "EM", "− Actor [95 %]",
+                  "A_prec", "wrong→right", "right→wrong")  # fmt: skip
     for folder in args.runs:
         for row in rows_for(folder, tuple(args.taus)):
             table.add_row(*row)

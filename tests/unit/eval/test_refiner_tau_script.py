@@ -22,7 +22,7 @@ def _run(
         json.dumps({"method": "search-r2", "refiner": {"margin": margin}})
     )
     rows = [{"actor_em": a, "em": e, "revised": o > margin,
-             "trajectory": {"refinement": {"log_odds": o}}}
+             "trajectory": {"refinement": {"log_odds": o, "revised": o > margin}}}
             for o, a, e in zip(odds, actor, em, strict=True)]  # fmt: skip
     (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
@@ -31,17 +31,31 @@ def _run(
 def test_a_higher_tau_keeps_the_actor_answer_where_it_no_longer_revises(tmp_path: Path) -> None:
     # question 0 is kept at τ = 0; 1 is fixed, 2 broken, 3 stays wrong
     run = _run(tmp_path / "eval", 0.0, [-1.0, 0.3, 0.6, 1.2], [1, 0, 1, 0], [1, 1, 0, 0])
-    rows = {row[3]: row for row in rows_for(run, (0.0, 0.5, 2.0))}
-    # columns: run, ROC-AUC, Actor EM, τ, revised, EM, gain, wrong→right, right→wrong
-    assert rows["0"][1] == "0.750" and rows["0"][2] == "0.500"  # 3 of 4 pairs ranked right
-    assert rows["0"][4:6] == ["0.75", "0.500"] and rows["0"][7:] == ["1", "1"]
-    assert rows["0.5"][4:6] == ["0.50", "0.250"] and rows["0.5"][7:] == ["0", "1"]
-    assert rows["2"][4:6] == ["0.00", "0.500"] and rows["2"][6].startswith("+0.000")
+    rows = {row[4]: row for row in rows_for(run, (0.0, 0.5, 2.0))}
+    # columns: run, n, ROC-AUC, Actor EM, τ, revised, EM, gain, A_prec, wrong→right, right→wrong
+    assert rows["0"][2] == "0.750" and rows["0"][3] == "0.500"  # 3 of 4 pairs ranked right
+    assert rows["0"][5:7] == ["0.75", "0.500"] and rows["0"][8:] == ["+0.000", "1", "1"]
+    assert rows["0.5"][5:7] == ["0.50", "0.250"] and rows["0.5"][8:] == ["-0.500", "0", "1"]
+    assert rows["2"][5:7] == ["0.00", "0.500"] and rows["2"][7].startswith("+0.000")
+    assert rows["2"][8] == "–"
+
+
+def test_a_training_run_is_read_from_the_trajectories_its_steps_sampled(tmp_path: Path) -> None:
+    run = tmp_path / "full"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.yaml").write_text("refiner:\n  margin: 0.0\n")
+    for step, (odds, before, after) in enumerate([(0.4, 0.0, 1.0), (-0.2, 1.0, 1.0)], start=1):
+        refinement = {"log_odds": odds, "revised": odds > 0, "original_em": before}
+        row = {"metrics": {"em": after}, "refinement": refinement}
+        (run / "trajectories" / f"step_{step}.jsonl").write_text(json.dumps(row) + "\n")
+    (row,) = rows_for(run, (0.0,))
+    assert row[1] == "2" and row[3] == "0.500" and row[5:7] == ["0.50", "1.000"]
+    assert row[8:] == ["+1.000", "1", "0"]
 
 
 def test_thresholds_below_the_runs_own_cannot_be_read(tmp_path: Path) -> None:
     run = _run(tmp_path / "eval", 0.5, [0.3, 0.6], [1, 0], [1, 1])
-    assert [row[3] for row in rows_for(run, (0.0, 0.25, 0.5, 1.0))] == ["0.5", "1"]
+    assert [row[4] for row in rows_for(run, (0.0, 0.25, 0.5, 1.0))] == ["0.5", "1"]
 
 
 def test_a_run_whose_revisions_do_not_follow_its_threshold_is_refused(tmp_path: Path) -> None:
