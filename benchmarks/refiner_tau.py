@@ -21,7 +21,11 @@ A training run's folder is read the same way from every trajectory its steps sam
 any were dropped from the update), the "Actor" being the sampled trajectory before refinement
 (`refinement.original_em`) and τ₀ the run's `refiner.margin`: A_prec over the trajectories
 revised at τ, as if training had used that τ, and the ROC-AUC of the meta prompt on the
-Actor's sampled (not greedy) rollouts as RL moves it.
+Actor's sampled (not greedy) rollouts as RL moves it. A second table reads the same runs'
+trajectories with the confidence discriminator's score, the Actor's mean surprisal as sampled
+(`refiner.discriminator=confidence`): its ROC-AUC for wrong answers over the trajectories not
+revised (a revised one carries its regeneration's tokens), for any training run, Search-R1's
+included, and beside it the meta prompt's on the same trajectories where the run has one.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from searchrl.eval.stats import paired_test
+from searchrl.refiner.confidence import surprisal
 from searchrl.refiner.labelled import roc_auc
+from searchrl.rollout.io import read_trajectories
 
 TAUS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 
@@ -87,6 +93,26 @@ def rows_for(folder: Path, taus: tuple[float, ...]) -> list[list[str]]:
     return out
 
 
+def confidence_row(folder: Path) -> list[str] | None:
+    """[run, n, wrong share, surprisal ROC-AUC, meta prompt ROC-AUC ("–" without a refiner)]
+    over a training run's unrevised sampled trajectories; None for an evaluation folder."""
+    files = sorted((folder / "trajectories").glob("step_*.jsonl"))
+    if not files:
+        return None
+    scores, odds, wrong = [], [], []
+    for traj in (t for f in files for t in read_trajectories(f)):
+        refinement, score = traj.refinement, surprisal(traj)
+        if score is None or (refinement is not None and refinement.revised):
+            continue
+        scores.append(score)
+        before = None if refinement is None else refinement.original_em
+        wrong.append((traj.metrics.get("em") if before is None else before) == 0)
+        odds.append(None if refinement is None else refinement.log_odds)
+    meta = "–" if None in odds else f"{roc_auc(odds, wrong):.3f}"
+    return [str(folder), str(len(scores)), f"{sum(wrong) / max(len(wrong), 1):.2f}",
+            f"{roc_auc(scores, wrong):.3f}", meta]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -96,10 +122,17 @@ def main() -> None:
     args = parser.parse_args()
     table = Table("run", "n", "ROC-AUC", "Actor EM", "τ", "revised", "EM", "− Actor [95 %]",
                   "A_prec", "wrong→right", "right→wrong")  # fmt: skip
+    confidence = Table("run", "unrevised", "wrong", "surprisal ROC-AUC", "meta prompt ROC-AUC")
     for folder in args.runs:
-        for row in rows_for(folder, tuple(args.taus)):
-            table.add_row(*row)
-    Console(width=200).print(table)
+        row = confidence_row(folder)
+        if row is not None:
+            confidence.add_row(*row)
+        if row is None or row[4] != "–":  # an evaluation, or a run with a refiner
+            for line in rows_for(folder, tuple(args.taus)):
+                table.add_row(*line)
+    console = Console(width=200)
+    console.print(table)
+    console.print(confidence)
 
 
 if __name__ == "__main__":

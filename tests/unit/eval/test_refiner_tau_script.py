@@ -1,5 +1,6 @@
-"""`benchmarks/refiner_tau.py`: test-time refinement at every τ above the run's, read off the
-per-question records of one search-r2 evaluation."""
+"""`benchmarks/refiner_tau.py`: refinement at every τ above a run's own, read off an
+evaluation's per-question records or a training run's sampled trajectories, and the Actor's
+confidence on the same trajectories."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from refiner_tau import rows_for
+from refiner_tau import confidence_row, rows_for
+from searchrl.rollout.io import write_trajectories
+from searchrl.types import Refinement, Segment, Trajectory
 
 
 def _run(
@@ -63,3 +66,31 @@ def test_a_run_whose_revisions_do_not_follow_its_threshold_is_refused(tmp_path: 
     (run / "run.json").write_text(json.dumps({"method": "search-r2", "refiner": {"margin": 0.5}}))
     with pytest.raises(SystemExit, match="do not follow"):
         rows_for(run, (0.5,))
+
+
+def _sampled(em: float, logprobs: list[float], refinement: Refinement | None) -> Trajectory:
+    segment = Segment("policy", "x", list(range(len(logprobs))), logprobs)
+    return Trajectory(id="q", question="q", golden_answers=["a"], segments=[segment],
+                      metrics={"em": em}, refinement=refinement)  # fmt: skip
+
+
+def test_the_confidence_table_reads_the_trajectories_as_sampled(tmp_path: Path) -> None:
+    """Surprisal ranks the wrong samples above the right ones (ROC-AUC 1 here); a revised
+    trajectory is left out (its tokens are the regeneration's), and the meta prompt's log-odds
+    are read on the same ones."""
+    (tmp_path / "r1" / "trajectories").mkdir(parents=True)
+    write_trajectories(tmp_path / "r1" / "trajectories" / "step_1.jsonl", [
+        _sampled(0.0, [-2.0, -1.0], None), _sampled(1.0, [-0.1, -0.1], None)])  # fmt: skip
+    assert confidence_row(tmp_path / "r1")[1:] == ["2", "0.50", "1.000", "–"]
+
+    def refined(before: float, odds: float, revised: bool) -> Refinement:
+        return Refinement(revised=revised, cut_step=1 if revised else 0, prefix_segments=0,
+                          log_odds=odds, original_em=before)  # fmt: skip
+
+    (tmp_path / "r2" / "trajectories").mkdir(parents=True)
+    write_trajectories(tmp_path / "r2" / "trajectories" / "step_1.jsonl", [
+        _sampled(1.0, [-3.0], refined(0.0, 0.5, True)),  # revised: left out
+        _sampled(0.0, [-2.0], refined(0.0, -0.5, False)),
+        _sampled(1.0, [-0.1], refined(1.0, -0.1, False))])  # fmt: skip
+    assert confidence_row(tmp_path / "r2")[1:] == ["2", "0.50", "1.000", "0.000"]
+    assert confidence_row(tmp_path / "eval") is None
