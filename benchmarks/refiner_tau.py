@@ -58,7 +58,7 @@ def read(folder: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         actor = [r["actor_em"] for r in rows]
         refined = [r["em"] for r in rows]
         rows = [r["trajectory"] for r in rows]
-    else:
+    elif (folder / "config.yaml").is_file():
         config = yaml.safe_load((folder / "config.yaml").read_text())
         margin = float(config["refiner"]["margin"])
         files = sorted((folder / "trajectories").glob("step_*.jsonl"))
@@ -67,6 +67,8 @@ def read(folder: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
             raise SystemExit(f"{folder}: no evaluation samples and no refined trajectories")
         actor = [r["refinement"]["original_em"] for r in rows]
         refined = [r["metrics"]["em"] for r in rows]
+    else:
+        raise SystemExit(f"{folder}: neither an evaluation (samples.jsonl) nor a training run")
     odds = np.array([r["refinement"]["log_odds"] for r in rows], dtype=float)
     revised = np.array([bool(r["refinement"]["revised"]) for r in rows])
     if not np.array_equal(revised, odds > margin):
@@ -75,7 +77,8 @@ def read(folder: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def rows_for(folder: Path, taus: tuple[float, ...]) -> list[list[str]]:
-    """The table rows of one evaluation run (thresholds below its own τ cannot be read)."""
+    """The table rows of one evaluation or training run (thresholds below its own τ cannot be
+    read)."""
     margin, odds, actor, refined = read(folder)
     auc = roc_auc(odds.tolist(), (actor == 0).tolist())
     out = []

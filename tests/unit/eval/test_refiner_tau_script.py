@@ -94,3 +94,8 @@ def test_the_confidence_table_reads_the_trajectories_as_sampled(tmp_path: Path) 
         _sampled(1.0, [-0.1], refined(1.0, -0.1, False))])  # fmt: skip
     assert confidence_row(tmp_path / "r2")[1:] == ["2", "0.50", "1.000", "0.000"]
     assert confidence_row(tmp_path / "eval") is None
+
+
+def test_a_folder_that_is_no_run_is_named_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="neither an evaluation"):
+        rows_for(tmp_path, (0.0,))
