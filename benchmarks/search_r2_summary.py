@@ -174,9 +174,9 @@ def s_trim_above(
     rng = np.random.default_rng(0)
     draws = np.zeros(resamples)
     for a, f in pairs:
-        draws += rng.choice(a, (resamples, a.size)).mean(1) - rng.choice(
-            f, (resamples, f.size)
-        ).mean(1)
+        mine = rng.choice(a, (resamples, a.size)).mean(1)
+        base = rng.choice(f, (resamples, f.size)).mean(1)
+        draws += mine - base
     draws /= len(pairs)
     point = statistics.fmean(float(a.mean() - f.mean()) for a, f in pairs)
     low, high = np.quantile(draws, [0.025, 0.975])

@@ -89,6 +89,7 @@ reaper = Reaper()
 reaper.watch_new_descendants(os.getpid(), descendants(os.getpid()))
 if sys.argv[1] == "stop_looking":
     reaper.stop_looking()
+    time.sleep(1)  # a poll under way when it was told finishes before the helper exists
 helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print(helper.pid, flush=True)  # and never tells the reaper about it
 time.sleep(120)
