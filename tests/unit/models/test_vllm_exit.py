@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,28 @@ def test_a_killed_command_still_runs_the_engine_shutdown(tmp_path: Path) -> None
     assert marker.read_text() == "closed"
 
 
+def _owner(
+    script: str, tmp_path: Path, tokenizer: PreTrainedTokenizerBase
+) -> subprocess.Popen[str]:
+    """A command that starts an engine (`script`, run with a saved tokenizer's folder)."""
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "tokenizer")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _kill_and_wait(owner: subprocess.Popen[str], pids: Iterable[int], folders: list[Path]) -> None:
+    """SIGKILL the owner, then give its reaper up to 60 s to stop `pids` and remove `folders`."""
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        any(start_time(pid) is not None for pid in pids) or any(f.exists() for f in folders)
+    ):
+        time.sleep(0.2)
+
+
 SIGKILLED_ENGINE_OWNER = """
 import os, sys, time
 from transformers import AutoTokenizer
@@ -67,11 +90,7 @@ def test_a_sigkilled_command_leaves_no_engine_behind(
     """An OOM-killed training run (SIGKILL: no exit hook runs) left its CPU engine core and
     worker holding 4.3 GB for 15 minutes, and its weights in /dev/shm: the backend's reaper
     stops them and removes the copy once the command is gone."""
-    tokenizer.save_pretrained(tmp_path / "tokenizer")
-    owner = subprocess.Popen(
-        [sys.executable, "-c", SIGKILLED_ENGINE_OWNER, str(tmp_path / "tokenizer")],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    owner = _owner(SIGKILLED_ENGINE_OWNER, tmp_path, tokenizer)
     assert owner.stdout is not None
     said = {}
     for line in owner.stdout:  # vLLM logs to stdout too
@@ -83,13 +102,7 @@ def test_a_sigkilled_command_leaves_no_engine_behind(
     scratch = [Path(folder) for folder in said["SCRATCH"]]
     alive = [pid for pid in engine if start_time(pid) is not None]
     assert alive and scratch and all(folder.is_dir() for folder in scratch)
-    owner.send_signal(signal.SIGKILL)
-    owner.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        any(start_time(pid) is not None for pid in alive) or any(f.exists() for f in scratch)
-    ):
-        time.sleep(0.2)
+    _kill_and_wait(owner, alive, scratch)
     assert [pid for pid in alive if start_time(pid) is not None] == []
     assert [folder for folder in scratch if folder.exists()] == []
 
@@ -131,11 +144,7 @@ def test_a_command_killed_while_its_engine_starts_leaves_no_engine_behind(
     """The reaper used to be told the engine's pids once `vllm.LLM` had returned: a command
     killed during the start (the OOM killer strikes as weights load) left a half-started engine
     and its weight copy behind. Killed as soon as its engine core exists, it leaves neither."""
-    tokenizer.save_pretrained(tmp_path / "tokenizer")
-    owner = subprocess.Popen(
-        [sys.executable, "-c", KILLED_WHILE_STARTING_OWNER, str(tmp_path / "tokenizer")],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    owner = _owner(KILLED_WHILE_STARTING_OWNER, tmp_path, tokenizer)
     assert owner.stdout is not None
     scratch = Path(next(line for line in owner.stdout if line.startswith("SCRATCH")).split()[1])
     deadline = time.monotonic() + 120
@@ -144,13 +153,7 @@ def test_a_command_killed_while_its_engine_starts_leaves_no_engine_behind(
         time.sleep(0.05)
     time.sleep(5 * POLL_S)  # the watcher's polls see the new processes
     started = {p for p in descendants(owner.pid) if "searchrl.utils.reaper" not in _cmdline(p)}
-    owner.send_signal(signal.SIGKILL)
-    owner.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        any(start_time(pid) is not None for pid in started) or scratch.exists()
-    ):
-        time.sleep(0.2)
+    _kill_and_wait(owner, started, [scratch])
     assert [pid for pid in started if start_time(pid) is not None] == []
     assert not scratch.exists()
     assert "STARTED" not in owner.stdout.read()  # it was killed mid-start (read once all exit)
