@@ -85,7 +85,8 @@ def compare(a: list[Trajectory], b: list[Trajectory]) -> StepDiff:
 def steps(run: Path) -> dict[int, Path]:
     """A training run's trajectory files by step (evaluations excluded)."""
     files = (run / "trajectories").glob("step_*.jsonl")
-    return {int(f.stem.removeprefix("step_")): f for f in files}
+    numbered = {f.stem.removeprefix("step_"): f for f in files}
+    return {int(step): f for step, f in numbered.items() if step.isdigit()}
 
 
 def table(a: Path, b: Path) -> Table:

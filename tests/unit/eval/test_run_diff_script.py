@@ -64,7 +64,8 @@ def test_the_table_has_a_row_per_step_both_runs_reached(tmp_path: Path) -> None:
     for run, rows, last in ((tmp_path / "a", a, 3), (tmp_path / "b", b, 2)):
         for step in range(1, last + 1):
             write_trajectories(run / "trajectories" / f"step_{step}.jsonl", rows)
-    (tmp_path / "a" / "trajectories" / "eval_step_0.jsonl").write_text("")
+    for name in ("eval_step_0.jsonl", "step_old.jsonl"):  # neither is a training step
+        (tmp_path / "a" / "trajectories" / name).write_text("")
     assert table(tmp_path / "a", tmp_path / "b").row_count == 2
     with pytest.raises(SystemExit, match="share no step"):
         table(tmp_path / "a", tmp_path)
