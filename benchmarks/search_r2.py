@@ -49,7 +49,10 @@ WORLD` evaluates every model on another world's test split
         --threshold 0.0236
 
 `--summarize` writes `summary.md` and
-`search_r2.png` (benchmarks/search_r2_summary.py).
+`search_r2.png` (benchmarks/search_r2_summary.py). `--archive DIR` also keeps what the summary
+reads, without models or texts (a few hundred KiB), so a campaign's tables and intervals
+outlive the machine it ran on: `--summarize --out DIR --warm-start DIR/warm_start` rebuilds
+them (benchmarks/search_r2_archive.py).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from search_r2_archive import archive
 from search_r2_summary import summarize
 from stages import HOPS, ROLLOUT, run_stage, searchrl
 
@@ -274,11 +278,19 @@ def main() -> None:
                         help="refiner.confidence_threshold of the confidence arms where the "
                         "warm start's summary holds none")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
+    parser.add_argument("--archive", type=Path, default=None, metavar="DIR",
+                        help="also copy what the summary reads (per-question scores, per-step "
+                        "metrics, times; no models or texts) into DIR, small enough to commit "
+                        "(benchmarks/search_r2_archive.py)")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         run_all(args.out, args)
     print(summarize(args.out, args.seeds, args.arms, args.warm_start))
+    if args.archive is not None:
+        kept = archive(args.out, args.archive, args.seeds, args.arms, args.warm_start)
+        size = sum(p.stat().st_size for p in kept)
+        print(f"archived {len(kept)} files ({size / 1024:.0f} KiB) in {args.archive}")
 
 
 if __name__ == "__main__":
