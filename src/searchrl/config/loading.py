@@ -46,6 +46,8 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
         return value
     if origin in (tuple, list):
+        if isinstance(value, str) and args in ((str, Ellipsis), (str,)):
+            value = [value]  # `data.train_files=a.parquet`: a list of one path
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         fixed = [a for a in args if a is not Ellipsis] if Ellipsis not in args else []

@@ -250,7 +250,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     if main:
         write_config(config, out_dir)
     dist.barrier()
-    env = build_environment(config.data, out_dir)
+    env = build_environment(
+        config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
+    )
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
