@@ -74,13 +74,17 @@ def groundable(question: Question) -> list[str]:
 
 
 def _quote(text: str, start: int, end: int, words: int) -> str:
-    """The sentence around text[start:end], cut to about `words` words around the answer."""
+    """The sentence around text[start:end], cut to about `words` words around the answer (the
+    passage's characters as they are)."""
     sentences = [m.end() for m in _SENTENCE_END.finditer(text)]
     begin = max([0, *[s for s in sentences if s <= start]])
-    stop = min([len(text), *[s for s in sentences if s >= end]])
-    before = text[begin:start].split()[-(words // 2) :] if words > 1 else []
-    after = text[end:stop].split()[: max(words - len(before) - 1, 0)]
-    return " ".join([*before, text[start:end], *after]).strip()
+    stop = min([len(text), *[s for s in sentences if s > end]])
+    before = [m.start() for m in re.finditer(r"\S+", text[begin:start])][-(words // 2) :]
+    after = [m.end() for m in re.finditer(r"\S+", text[end:stop])]
+    left = begin + before[0] if before else start
+    room = max(words - len(before) - 1, 0)
+    right = end + after[min(room, len(after)) - 1] if after and room else end
+    return text[left:right].strip()
 
 
 def _split_doc(line: str) -> tuple[str, str]:
@@ -140,7 +144,7 @@ def bridge_entities(question: str, observation: str, limit: int) -> list[tuple[i
         if len(norm) < 3 or norm in seen or _contains(asked, norm):
             continue
         seen.add(norm)
-        found.append((rank, name.strip()))
+        found.append((rank, name.strip().rstrip(".'’&-")))
         if len(found) == limit:
             break
     return found
