@@ -76,6 +76,8 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if annotation is str:
         if isinstance(value, str):
             return value
+        if value is None:  # `data.index_dir=` (or `index_dir:` in YAML) clears the path
+            return ""
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
 

@@ -216,7 +216,7 @@ def load_hf_dataset(name: str, split: str | None = None) -> list[Question]:
     except ImportError as err:
         raise DataError(
             f"loading {name!r} from the Hugging Face Hub needs the `datasets` package "
-            "(pip install datasets); or pass a local FlashRAG JSONL / Search-R1 parquet file"
+            "(pip install 'searchrl[hf]'); or pass a local FlashRAG JSONL / Search-R1 parquet file"
         ) from err
     rows = datasets.load_dataset(HF_COLLECTION, name, split=split)
     where = f"{HF_COLLECTION}/{name}/{split}"

@@ -43,3 +43,12 @@ def test_held_out_evaluation_of_real_questions_needs_val_files() -> None:
 def test_val_files_without_train_files_is_an_error() -> None:
     with pytest.raises(ConfigError, match=r"^data\.val_files: give data\.train_files too"):
         load_config(TrainConfig, None, ["data.val_files=b.jsonl"])
+
+
+def test_a_paper_preset_runs_on_a_world_once_its_files_are_cleared() -> None:
+    from searchrl.cli.train import resolve_preset
+
+    clear = ["data.train_files=[]", "data.val_files=[]", "data.index_dir=", "data.world_dir=W"]
+    config = load_config(TrainConfig, resolve_preset("search_r1_grpo"), clear)
+    assert (config.data.train_files, config.data.index_dir) == ((), "")
+    assert config.data.world_dir == "W"
