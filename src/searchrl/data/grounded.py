@@ -150,7 +150,10 @@ def bridge_entities(question: str, observation: str, limit: int) -> list[tuple[i
     return found
 
 
-def _search(retriever: Retriever, queries: Sequence[str], k: int, advance: Callable[[int], None]):
+def _search(
+    retriever: Retriever, queries: Sequence[str], k: int, advance: Callable[[int], None]
+) -> list[list[Hit]]:
+    """Every query's top `k`, searched `SEARCH_BATCH` at a time."""
     results: list[list[Hit]] = []
     for i in range(0, len(queries), SEARCH_BATCH):
         chunk = list(queries[i : i + SEARCH_BATCH])
@@ -167,7 +170,9 @@ def _env(hits: Sequence[Hit]) -> dict[str, str]:
     return {"role": "env", "text": format_information([h.document.contents for h in hits])}
 
 
-def _reference(question: Question, steps: list[tuple[str, list[Hit]]], found: Evidence):
+def _reference(
+    question: Question, steps: Sequence[tuple[str, str, list[Hit]]], found: Evidence
+) -> Reference:
     """`steps` = (thought before the search, query, hits) chain; the last thought quotes."""
     segments: list[dict[str, str]] = []
     for thought, query, hits in steps:
@@ -202,9 +207,8 @@ def ground_references(
         questions = questions[: config.max_questions]
     view = visible or (lambda text: text)
 
-    def evidence(hits: Sequence[Hit], question: Question, about: str | None = None):
-        shown = view(format_information([h.document.contents for h in hits]))
-        return find_evidence(shown, groundable(question), config.quote_words, about)
+    def shown(hits: Sequence[Hit]) -> str:
+        return view(format_information([h.document.contents for h in hits]))
 
     queries = [q.question.strip() for q in questions]
     with progress_bar("grounding: first search", len(queries), enabled=progress) as advance:
@@ -212,23 +216,29 @@ def ground_references(
     found: dict[int, Reference] = {}
     pending: list[tuple[int, int, str]] = []  # (question index, rank, entity)
     for i, (question, hits) in enumerate(zip(questions, first, strict=True)):
-        if not groundable(question):
+        golds = groundable(question)
+        if not golds:
             continue
-        found_here = evidence(hits, question)
-        if found_here is not None:
-            found[i] = _reference(question, [(FIRST_THOUGHT, queries[i], hits)], found_here)
+        observation = shown(hits)
+        evidence = find_evidence(observation, golds, config.quote_words)
+        if evidence is not None:
+            found[i] = _reference(question, [(FIRST_THOUGHT, queries[i], hits)], evidence)
         elif config.bridge:
-            shown = view(format_information([h.document.contents for h in hits]))
-            for rank, name in bridge_entities(question.question, shown, config.bridge_candidates):
+            for rank, name in bridge_entities(
+                question.question, observation, config.bridge_candidates
+            ):
                 pending.append((i, rank, name))
     if pending:
         names = [name for _, _, name in pending]
         with progress_bar("grounding: bridge search", len(names), enabled=progress) as advance:
             second = _search(retriever, names, topk, advance)
         for (i, rank, name), hits in zip(pending, second, strict=True):
-            found_here = None if i in found else evidence(hits, questions[i], name)
-            if found_here is not None:
+            if i in found:
+                continue
+            golds = groundable(questions[i])
+            evidence = find_evidence(shown(hits), golds, config.quote_words, about=name)
+            if evidence is not None:
                 thought = f"Doc {rank} mentions {name}. I need to search for {name}."
                 steps = [(FIRST_THOUGHT, queries[i], first[i]), (thought, name, hits)]
-                found[i] = _reference(questions[i], steps, found_here)
+                found[i] = _reference(questions[i], steps, evidence)
     return [found[i] for i in sorted(found)]
