@@ -85,8 +85,8 @@ class DataConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
-    """Any index `searchrl index` builds (BM25, dense Flat/IVF-PQ/HNSW with its encoder,
-    hybrid, shards), searched in this process; empty builds BM25 over the world's corpus in
+    """Any index `searchrl index` builds or links (BM25, dense Flat/IVF-PQ/HNSW with its
+    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process; empty builds BM25 over the world's corpus in
     memory. Needed with `train_files` unless `retriever: remote`."""
     retriever: Literal["bm25", "remote"] = "bm25"
     """`bm25` searches in process (`index_dir`, whatever its kind, else the world's corpus
