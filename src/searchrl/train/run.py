@@ -250,7 +250,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     if main:
         write_config(config, out_dir)
     dist.barrier()
-    env = build_environment(config.data, out_dir)
+    env = build_environment(
+        config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
+    )
     policy, tokenizer = load_policy(config.model, config.policy)
     reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
     critic = Critic(policy) if config.uses_critic else None
@@ -265,7 +267,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.questions(config.data.train_split)
-    held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
+    size = config.data.eval_size
+    held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
     reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
     refiner = None
     if config.refiner.enabled:
