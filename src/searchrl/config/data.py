@@ -91,6 +91,10 @@ class WorldConfig:
             raise ConfigError("train_questions: every split is empty (all question counts are 0)")
 
 
+WORLD_PRESETS = ("test", "demo", "large")
+"""The named world sizes of `world_preset` (`searchrl world --config NAME`)."""
+
+
 def world_preset(name: str) -> WorldConfig:
     """Named sizes: `test` (unit tests, well under a second), `demo` (CPU demo: ~300 entities,
     ~1000 passages, a few hundred questions, a few seconds) and `large` (~20k entities)."""

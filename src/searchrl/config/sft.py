@@ -51,6 +51,11 @@ class SFTConfig:
     """Max global grad norm."""
     mask_env: bool = True
     """Mask env tokens (retrieved passages) out of the loss, as in RL."""
+    save_every: NonNegativeInt = 10
+    """Write a checkpoint every N optimizer steps of a phase and at its end, so `searchrl sft
+    --resume` continues a killed run; 0 = none. A checkpoint holds the trained weights and
+    the optimizer (about 3x the trained weights in fp32), only the newest is kept, and all
+    are deleted when the run has exported its model."""
     rejection_samples: PositiveInt = 5
     """Rejection sampling: trajectories sampled per question (the paper: five)."""
     meta_examples: NonNegativeInt = 0
