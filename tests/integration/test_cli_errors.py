@@ -130,7 +130,7 @@ CASES = [
     (ROLL + " --index {w}/index --url http://x", 2, "exactly one of"),
     (ROLL + " --index {w}/nope", 1, "not an index directory"),
     (ROLL + " --index {w}/broken_index", 1, "unreadable manifest"),
-    (ROLL + " --url http://127.0.0.1:9/retrieve", 1, "failed after 4 attempt(s)"),
+    (ROLL + " --url http://127.0.0.1:9/retrieve", 1, "failed after 2 attempt(s)"),
     (ROLL + " --index {w}/index rollout.topk=abc", 2, "rollout.topk: expected an integer"),
     (ROLL + " --index {w}/index rollout.top_p=0", 2, "rollout.top_p: must be greater than 0"),
     (ROLL + " --index {w}/index topk=3", 2, "topk; did you mean rollout.topk?"),

@@ -69,7 +69,9 @@ def show(
     root = root or detect(data)
     config = build(root.cls, data, parse_overrides(joined(sets, overrides)))
     rows = [s for s in settings(config) if s.changed or not changed]
-    typer.echo(f"# {source}: settings of `searchrl {' / '.join(root.commands)}`; * = not the default")
+    typer.echo(
+        f"# {source}: settings of `searchrl {' / '.join(root.commands)}`; * = not the default"
+    )
     values = [format_value(s.value) for s in rows]
     width = max((len(s.key) for s in rows), default=0)
     pad = min(VALUE_WIDTH, max((len(v) for v in values), default=0))

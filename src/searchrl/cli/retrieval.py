@@ -64,9 +64,7 @@ def index(
         raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
     built = _config(config, joined(sets, overrides))
     kind_: Kind = kind  # type: ignore[assignment]
-    build_index(
-        kind_, require_file(corpus, "corpus file"), out, built, force=force, shards=shards
-    )
+    build_index(kind_, require_file(corpus, "corpus file"), out, built, force=force, shards=shards)
 
 
 def _print_results(queries: list[str], results: list[list[Hit]]) -> None:
@@ -166,7 +164,10 @@ def serve(
     from searchrl.retrieval.server import serve as serve_index
     from searchrl.retrieval.server import serve_faiss, serve_shards
 
-    dirs = [d for given in index_dirs or [] for d in shard_directories(given)]
+    given = joined(sets, overrides)
+    flags = {"server.host": host, "server.port": port, "dense.encoder": encoder}
+    built = settings(RetrievalConfig, config, given, flags)
+    dirs = [d for folder in index_dirs or [] for d in shard_directories(folder)]
     urls = shard_urls or []
     external = (faiss_index, corpus, encoder)
     local = bool(dirs or urls)
@@ -174,9 +175,6 @@ def serve(
         raise typer.BadParameter("give --index DIR, or --faiss-index with --corpus and --encoder")
     if not local and any(v is None for v in external):
         raise typer.BadParameter("give --index DIR, or all of --faiss-index, --corpus, --encoder")
-    given = joined(sets, overrides)
-    flags = {"server.host": host, "server.port": port, "dense.encoder": encoder}
-    built = settings(RetrievalConfig, config, given, flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if len(dirs) + len(urls) > 1 or urls:
         shard_args = ["--config", str(config)] if config is not None else []

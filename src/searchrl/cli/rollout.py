@@ -85,11 +85,12 @@ def _settings(
     explicit = _model_named(options["model.name_or_path"], config, overrides)
     chosen = _default_model(first.model, explicit, console).name_or_path
     if explicit:
-        console.print(f"model: {chosen}", style="dim")
+        console.print(f"model: {chosen}", style="dim", soft_wrap=True)
     flags["model.name_or_path"] = chosen
     adopted = run_rollout(chosen) if run_settings else None
     if adopted is not None:
-        console.print(describe_adopted(*adopted, InteractiveConfig().rollout), style="dim")
+        line = describe_adopted(*adopted, InteractiveConfig().rollout)
+        console.print(line, style="dim", soft_wrap=True)
     base = {"rollout": adopted[1]} if adopted is not None else None
     return settings(InteractiveConfig, config, overrides, flags, base)
 
@@ -108,12 +109,14 @@ def _default_model(config: ModelConfig, explicit: bool, console: Console) -> Mod
         console.print(
             f"model: {trained} (newest trained model under runs/; --model embedded for the base)",
             style="dim",
+            soft_wrap=True,
         )
         return replace(config, name_or_path=str(trained))
     console.print(
         "warning: no trained model under runs/; the base model was never taught to use "
         "<search> and will rarely search (run `searchrl demo` first, or pass --model)",
         style="yellow",
+        soft_wrap=True,
     )
     return config
 
@@ -129,7 +132,8 @@ def _check_engine(index: Path | None, url: str | None) -> None:
     else:
         from searchrl.retrieval.remote import RemoteRetriever
 
-        remote = from_dict(RemoteConfig, {"url": url}, prefix="remote.")
+        # one quick retry: this only asks whether a server answers, before a model loads
+        remote = from_dict(RemoteConfig, {"url": url, "retries": 1}, prefix="remote.")
         with RemoteRetriever(remote) as probe:
             probe.search(["probe"], 1)
 
