@@ -9,6 +9,7 @@ import typer
 
 from searchrl.cli.options import ConfigOption, OverridesArgument, SetOption, joined
 from searchrl.cli.options import settings as build_settings
+from searchrl.config.checks import MAX_SEED
 from searchrl.config.demo import DemoConfig
 from searchrl.utils.output import check_output
 
@@ -17,7 +18,10 @@ def demo(
     out: Annotated[Path, typer.Option("--out", help="Run folder.")] = Path("runs/demo"),
     config: ConfigOption = None,
     seed: Annotated[
-        int | None, typer.Option("--seed", help="Seed of the world, the SFT and the RL run.")
+        int | None,
+        typer.Option(
+            "--seed", min=0, max=MAX_SEED, help="Seed of the world, the SFT and the RL run."
+        ),
     ] = None,
     force: Annotated[
         bool,

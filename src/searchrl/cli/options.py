@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from searchrl.config.checks import MAX_SEED
 from searchrl.config.describe import format_value
 from searchrl.config.loading import build, merge, nest, parse_overrides, read_yaml
 from searchrl.config.presets import resolve_config
@@ -45,7 +46,10 @@ OverridesArgument = Annotated[
         show_default=False,
     ),
 ]
-SeedOption = Annotated[int | None, typer.Option("--seed", help="Random seed (the `seed` key).")]
+SeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed (the `seed` key)."),
+]
 ModelOption = Annotated[
     str | None,
     typer.Option(

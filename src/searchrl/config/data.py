@@ -18,6 +18,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveInt,
     Range,
+    Seed,
     positive_total,
 )
 from searchrl.config.errors import ConfigError
@@ -31,7 +32,7 @@ Entities = Annotated[int, Range(ge=MIN_ENTITIES)]
 class WorldConfig:
     """How big the invented world is, how hard its questions are and how noisy its corpus is."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the one `random.Random` the generator draws from: same seed, same files."""
 
     num_entities: Entities = 400
@@ -122,7 +123,7 @@ class MixConfig:
     split: NonEmptyStr = "train"
     """Split to take from each source."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the shuffle of the pooled questions."""
 
     max_per_source: PositiveInt | None = None

@@ -13,6 +13,7 @@ from searchrl.config.checks import (
     PositiveFloat,
     PositiveInt,
     Range,
+    Seed,
     UrlOrEmpty,
 )
 from searchrl.config.model import ModelConfig
@@ -40,7 +41,7 @@ class EvalConfig:
     batch_size: PositiveInt = 16
     """Questions generated together; also the unit appended to `samples.jsonl` (a kill loses
     at most the batch in flight)."""
-    seed: int = 0
+    seed: Seed = 0
     """Rollout seed (only matters when `rollout.temperature > 0`)."""
     bootstrap_resamples: Resamples = 2000
     """Resamples behind every 95% interval and paired test."""
@@ -80,7 +81,7 @@ class RubricConfig:
     """Environment variable holding the API key (sent as a bearer token when set)."""
     per_set: NonNegativeInt = 100
     """Paired trajectories sampled per set (the paper: 100 per dataset); 0 = every pair."""
-    seed: int = 0
+    seed: Seed = 0
     """Seeds the pair sample and the order each pair is shown in."""
     timeout_s: PositiveFloat = 120.0
     """Per-request timeout."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from searchrl.config.checks import Seed
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 
@@ -13,7 +14,7 @@ from searchrl.config.rollout import RolloutConfig
 class InteractiveConfig:
     """The model and the rollout settings of `rollout` and `chat`."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Rollout seed (`--seed`); per-trajectory seeds derive from it."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The model (`--model`): a trained run's `model/` folder, a hub id, a `.gguf` file, or

@@ -13,6 +13,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Seed,
 )
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
@@ -24,7 +25,7 @@ from searchrl.config.train import DataConfig, PolicyConfig
 class SFTConfig:
     """Supervised warm start on reference (or rejection-sampled) trajectories."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Shuffling seed."""
     source: Literal["references", "rejection", "direct", "rag"] = "references"
     """`references`: the world's reference trajectories; `rejection`: sample with search via

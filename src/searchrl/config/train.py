@@ -17,6 +17,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Seed,
     UrlOrEmpty,
 )
 from searchrl.config.data import WorldConfig
@@ -262,7 +263,7 @@ class LoggingConfig:
 class TrainConfig:
     """One RL run: `searchrl train --config PRESET --out DIR key=value ...`."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seeds sampling, rollouts and initialisation (CPU runs are bit-reproducible)."""
     steps: PositiveInt = 500
     """Optimizer steps (each on a fresh batch of rollouts)."""
