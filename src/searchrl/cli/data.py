@@ -46,6 +46,7 @@ def world(
     overrides: Annotated[
         list[str] | None,
         typer.Argument(
+            metavar="KEY=VALUE",
             help="World settings, e.g. num_entities=2000 same_name_rate=0.2 "
             "(`searchrl config show world`).",
             show_default=False,

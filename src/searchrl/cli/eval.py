@@ -55,7 +55,12 @@ class EvalGroup(TyperGroup):
         return super().parse_args(ctx, rewritten)
 
 
-app = typer.Typer(cls=EvalGroup, invoke_without_command=True, no_args_is_help=False)
+app = typer.Typer(
+    cls=EvalGroup,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    subcommand_metavar="[KEY=VALUE]... | compare A B | judge A B",
+)
 
 METHOD_HELP = (
     "direct, cot, rag, ircot, search-o1, direct-ft, rag-ft, r1, sft, rejection, search-r1, "

@@ -41,8 +41,9 @@ SetOption = Annotated[
 OverridesArgument = Annotated[
     list[str] | None,
     typer.Argument(
-        help="key=value settings, e.g. rollout.max_turns=5 (`searchrl config show COMMAND` "
-        "lists every key with its default and meaning).",
+        metavar="KEY=VALUE",
+        help="Settings, e.g. rollout.max_turns=5 (`searchrl config show COMMAND` lists every "
+        "key with its default and meaning).",
         show_default=False,
     ),
 ]
