@@ -251,6 +251,7 @@ CASES = [
     (EVAL + " --index {w}/index --out {w}/e1 rollout.max_turns=[1", 2, "rollout.max_turns: cannot"),
     (EVAL + " --index {w}/index --out {w}/e1 confidence=1.5", 2, "confidence: must be less than 1"),
     (EVAL + " --index {w}/index --out {w}/e1 --config nope", 2, "no config file or preset"),
+    (EVAL + " --out {w}/e1 --config tiny_cpu_grpo", 1, "holds settings of `searchrl train`"),
     (TRAIN + " --seed -1", 2, "'--seed'"),
     (TRAIN + " seed=-1", 2, "seed: must be at least 0"),
     (TRAIN + " data.train_batch_size=8", 2, "veRL's data.train_batch_size is batch_size"),

@@ -21,9 +21,11 @@ import typer
 
 from searchrl.config.checks import MAX_SEED
 from searchrl.config.describe import format_value
+from searchrl.config.errors import ConfigError
 from searchrl.config.loading import build, merge, nest, parse_overrides, read_yaml
 from searchrl.config.presets import resolve_config
 from searchrl.config.rollout import RolloutConfig
+from searchrl.config.roots import detect
 
 T = TypeVar("T")
 
@@ -98,7 +100,22 @@ def settings(
     `key=value` overrides. Bad command-line values exit 2, bad file values exit 1."""
     from_file = read_yaml(resolve_config(config)) if config is not None else {}
     given = nest({key: value for key, value in (flags or {}).items() if value is not None})
-    return build(cls, merge(base or {}, from_file), merge(given, parse_overrides(overrides)))
+    try:
+        return build(cls, merge(base or {}, from_file), merge(given, parse_overrides(overrides)))
+    except ConfigError as err:
+        owner = _owner(from_file, cls) if "unknown config key" in str(err) else None
+        if owner is None:
+            raise
+        raise type(err)(f"--config {config} holds settings of `searchrl {owner}` ({err})") from None
+
+
+def _owner(data: dict[str, Any], cls: type) -> str | None:
+    """The command whose settings `data` are, when it is another command than `cls`'s."""
+    try:
+        root = detect(data)
+    except ConfigError:
+        return None
+    return None if root.cls is cls else " / ".join(root.commands)
 
 
 def joined(sets: list[str] | None, positional: list[str] | None) -> list[str]:
