@@ -73,7 +73,12 @@ def _section_defaults(parent: type, name: str, nested: type) -> str:
     if not changed:
         return ""
     shown = ", ".join(f"`{s.key}={format_value(s.value)}`" for s in changed[:12])
-    more = f" and {len(changed) - 12} more" if len(changed) > 12 else ""
+    owner = next((r.name for r in ROOTS if r.cls is parent), parent.__name__)
+    more = (
+        f" and {len(changed) - 12} more (`searchrl config show {owner}`)"
+        if len(changed) > 12
+        else ""
+    )
     return f" Defaults here: {shown}{more}."
 
 
