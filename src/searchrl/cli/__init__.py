@@ -44,8 +44,8 @@ def root(
 ) -> None:
     """Train and evaluate LLMs that reason while calling a search engine (Search-R1/R2).
 
-    Every command reads `searchrl COMMAND [--config PRESET|FILE] [options] [key=value ...]`;
-    `searchrl config show COMMAND` lists its settings."""
+    Every command reads its settings from an optional `--config PRESET|FILE`, its options
+    and `KEY=VALUE` arguments, in that order; `searchrl config show COMMAND` lists them."""
 
 
 for module in (retrieval, data, rollout, train, demo, eval, report, config):
