@@ -21,7 +21,7 @@ import typer
 
 from searchrl.config.checks import MAX_SEED
 from searchrl.config.describe import format_value
-from searchrl.config.errors import ConfigError
+from searchrl.config.errors import ConfigError, OverrideError
 from searchrl.config.loading import build, merge, nest, parse_overrides, read_yaml
 from searchrl.config.presets import resolve_config
 from searchrl.config.rollout import RolloutConfig
@@ -103,7 +103,9 @@ def settings(
     try:
         return build(cls, merge(base or {}, from_file), merge(given, parse_overrides(overrides)))
     except ConfigError as err:
-        owner = _owner(from_file, cls) if "unknown config key" in str(err) else None
+        from_the_file = config is not None and not isinstance(err, OverrideError)
+        unknown = from_the_file and "unknown config key" in str(err)
+        owner = _owner(from_file, cls) if unknown else None
         if owner is None:
             raise
         raise type(err)(f"--config {config} holds settings of `searchrl {owner}` ({err})") from None

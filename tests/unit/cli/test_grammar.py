@@ -184,3 +184,11 @@ def test_index_takes_positional_settings(tmp_path: Path) -> None:
                           "bm25.k1=1.2")  # fmt: skip
     assert code == 0, err
     assert json.loads((out / "manifest.json").read_text())["params"]["k1"] == 1.2
+
+
+def test_a_config_file_of_another_command_is_named_as_such(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"holds settings of `searchrl train`") as err:
+        settings(EvalConfig, "tiny_cpu_grpo")
+    assert not isinstance(err.value, OverrideError)  # the file's fault: exit code 1
+    with pytest.raises(OverrideError, match=r"^unknown config key\(s\) algo$"):
+        settings(EvalConfig, None, ["algo.kl_coef=0"])  # no file to blame
