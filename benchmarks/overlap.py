@@ -17,10 +17,11 @@ import json
 from pathlib import Path
 
 from searchrl.config.loading import load_config
+from searchrl.config.presets import presets_dir
 from searchrl.config.train import TrainConfig
 from searchrl.train.run import train
 
-PRESET = Path(__file__).resolve().parents[1] / "configs" / "tiny_cpu_grpo.yaml"
+PRESET = presets_dir() / "tiny_cpu_grpo.yaml"
 VARIANTS = {"sync": ["overlap.enabled=false"], "overlap": ["overlap.enabled=true"]}
 
 

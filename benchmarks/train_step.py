@@ -18,10 +18,11 @@ from pathlib import Path
 import torch
 
 from searchrl.config.loading import load_config
+from searchrl.config.presets import presets_dir
 from searchrl.config.train import TrainConfig
 from searchrl.train.run import train
 
-PRESET = Path(__file__).resolve().parents[1] / "configs" / "tiny_cpu_grpo.yaml"
+PRESET = presets_dir() / "tiny_cpu_grpo.yaml"
 
 
 def matmul_gflops(threads: int, size: int = 1024, repeats: int = 8) -> float:

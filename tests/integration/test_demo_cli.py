@@ -11,9 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from searchrl.cli import app
+from searchrl.config.demo import DemoConfig
+from searchrl.config.loading import load_config, to_dict
 from searchrl.models.loading import tiny_model
-
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+from searchrl.train.demo_stages import StageMismatch, check_stages
+from searchrl.train.run import write_config
 
 
 def _overrides(model: Path) -> list[str]:
@@ -29,6 +31,7 @@ def _overrides(model: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_path: Path) -> None:
     model = tmp_path / "tiny"
     tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0).save_pretrained(model)
@@ -50,3 +53,47 @@ def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_pat
     assert second.exit_code == 0, second.output + repr(second.exception)
     assert (out / "sft" / "summary.json").stat().st_mtime_ns == sft_summary  # SFT reused
     assert json.loads((out / "summary.json").read_text())["n"] == 6
+
+
+def _recorder(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Stands in for the demo's stages (minutes of training): records where it was run."""
+    calls: list[Path] = []
+    monkeypatch.setattr("searchrl.train.demo.run_demo", lambda config, out: calls.append(out))
+    return calls
+
+
+def _stages(out: Path, steps: int) -> None:
+    """A demo folder as a run with `rl.steps=STEPS` left it (world and GRPO configs)."""
+    config = load_config(DemoConfig, overrides=[f"rl.steps={steps}"])
+    (out / "world").mkdir(parents=True)
+    (out / "world" / "manifest.json").write_text(json.dumps({"config": to_dict(config.world)}))
+    write_config(config.rl, out / "grpo")
+    (out / "notes.txt").write_text("mine\n")
+
+
+def test_a_rerun_with_other_settings_is_refused_and_force_starts_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _recorder(monkeypatch)
+    out = tmp_path / "demo"
+    _stages(out, steps=2)
+    same = CliRunner().invoke(app, ["demo", "--out", str(out), "rl.steps=2"])
+    assert same.exit_code == 0 and calls == [out]  # the same settings: stages reused
+    other = CliRunner().invoke(app, ["demo", "--out", str(out), "rl.steps=3", "--seed", "4"])
+    assert other.exit_code == 1 and len(calls) == 1
+    errors = [line for line in other.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and f"{out / 'world'} was made with other settings" in errors[0]
+    assert "seed: 0 there, 4 now" in errors[0] and "pass --force" in errors[0]
+    forced = CliRunner().invoke(app, ["demo", "--out", str(out), "rl.steps=3", "--force"])
+    assert forced.exit_code == 0 and calls == [out, out]
+    assert not (out / "world").exists() and not (out / "grpo").exists()
+    assert (out / "notes.txt").read_text() == "mine\n"  # only the demo's own stages go
+
+
+def test_a_grpo_stage_with_other_settings_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    _stages(out, steps=2)
+    config = load_config(DemoConfig, overrides=["rl.steps=5"])
+    with pytest.raises(StageMismatch, match=r"grpo was made with other settings \(steps: 2 there"):
+        check_stages(config, out)
+    check_stages(load_config(DemoConfig, overrides=["rl.steps=2"]), out)

@@ -4,6 +4,7 @@ directory, a real BM25 index of a generated world, the world's test split (which
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,14 +16,18 @@ from typer.testing import CliRunner
 
 from searchrl.cli import app
 from searchrl.config.data import world_preset
+from searchrl.config.loading import load_config
 from searchrl.config.model import ModelConfig
+from searchrl.config.presets import resolve_config
+from searchrl.config.train import TrainConfig
 from searchrl.data.benchmarks import write_flashrag_jsonl
 from searchrl.data.world import generate_world
 from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.server import create_app
+from searchrl.train.run import write_config
 
-SHORT = ["--set", "rollout.max_response_tokens=6", "--set", "rollout.max_turns=1"]
+SHORT = ["--set", "rollout.max_response_tokens=6", "rollout.max_turns=1"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -138,3 +143,52 @@ def test_a_rerun_with_another_index_is_refused_and_leaves_the_folder_as_it_was(
     assert len(errors) == 1 and errors[0].startswith("error: ") and "retriever" in errors[0]
     assert str(other.resolve()) in errors[0] and "use another --out folder" in errors[0]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def _trained_run(setup: dict, root: Path, preset: str) -> Path:
+    """A run folder as `searchrl train --config PRESET` leaves it: the resolved config (written
+    by the trainer's own `write_config`) next to the exported `model/`."""
+    run = root / "run"
+    shutil.copytree(setup["model"], run / "model")
+    config = load_config(TrainConfig, resolve_config(preset), [f"model.name_or_path={run}"])
+    write_config(config, run)
+    return run
+
+
+def test_eval_of_a_trained_run_takes_its_rollout_settings(setup, tmp_path: Path) -> None:
+    """The interface: `eval --method search-r1 --model RUN/model --index I --data Q --limit 2
+    --out E` of a run trained with tiny_cpu_grpo records max_turns 5 and force_answer true."""
+    run = _trained_run(setup, tmp_path, "tiny_cpu_grpo")
+    args = ["eval", "--method", "search-r1", "--model", str(run / "model"), "--index",
+            str(setup["index"]), "--data", str(setup["data"]), "--limit", "2"]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "e"),
+                                      "rollout.max_response_tokens=6"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "rollout settings of the run" in line]
+    assert len(said) == 1 and "max_turns=5" in said[0] and "force_answer=true" in said[0]
+    recorded = json.loads((tmp_path / "e" / "run.json").read_text())["rollout"]
+    assert recorded["max_turns"] == 5 and recorded["force_answer"] is True
+    assert recorded["max_response_tokens"] == 6  # the command line still wins
+    assert recorded["temperature"] == 0.0  # evaluation stays greedy
+    assert max(r["turns"] for r in lines(tmp_path / "e")) == 6  # 5 search rounds + 1
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "d"), "--no-run-settings",
+                                      "rollout.max_response_tokens=6"])  # fmt: skip
+    assert result.exit_code == 0 and "rollout settings of the run" not in result.stderr
+    recorded = json.loads((tmp_path / "d" / "run.json").read_text())["rollout"]
+    assert recorded["max_turns"] == 4 and recorded["force_answer"] is False
+
+
+def test_eval_takes_positional_settings(setup, tmp_path: Path) -> None:
+    """The interface: `eval --method direct --data Q --out E --limit 2
+    rollout.max_response_tokens=8` (the tiny model stands in for the embedded one)."""
+    out = tmp_path / "e"
+    data = str(setup["data"])
+    run(["eval", "--method", "direct", "--data", data, "--out", str(out), "--limit", "2",
+         "rollout.max_response_tokens=8", "--model", str(setup["model"])])  # fmt: skip
+    assert json.loads((out / "run.json").read_text())["rollout"]["max_response_tokens"] == 8
+    assert len(lines(out)) == 2
+    bad_args = ["eval", "--method", "direct", "--data", data, "--out", str(tmp_path / "x")]
+    bad = CliRunner().invoke(app, [*bad_args, "rollout.max_turns=[1"])
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("error: rollout.max_turns: cannot parse '[1'")
+    assert not (tmp_path / "x").exists()

@@ -4,6 +4,7 @@ safetensors directory, a real BM25 index directory of the synthetic world, the r
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,16 @@ from typer.testing import CliRunner
 
 from searchrl.cli import app
 from searchrl.config.data import world_preset
+from searchrl.config.loading import load_config
 from searchrl.config.model import ModelConfig
+from searchrl.config.presets import resolve_config
+from searchrl.config.train import TrainConfig
 from searchrl.data.benchmarks import write_flashrag_jsonl
 from searchrl.data.world import generate_world
 from searchrl.models.loading import embedded_gguf_path, load_tokenizer, tiny_model
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.rollout.io import read_trajectories
+from searchrl.train.run import write_config
 
 SHORT = ["rollout.max_response_tokens=6", "rollout.max_turns=1"]
 
@@ -69,4 +74,22 @@ def test_chat_reads_questions_from_stdin(setup) -> None:
 def test_rollout_command_rejects_bad_overrides(setup, tmp_path: Path) -> None:
     args = ["rollout", "--data", str(setup["data"]), "--out", str(tmp_path / "x.jsonl")]
     result = CliRunner().invoke(app, [*args, "--index", str(setup["index"]), "topk=3"])
-    assert result.exit_code != 0
+    assert result.exit_code == 2 and "did you mean rollout.topk?" in result.stderr
+
+
+def test_rollout_says_which_model_and_takes_a_runs_settings(setup, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(setup["model"], run / "model")
+    write_config(load_config(TrainConfig, resolve_config("tiny_cpu_grpo")), run)
+    args = ["rollout", "--model", str(run), "--index", str(setup["index"]), "--limit", "1",
+            "--data", str(setup["data"]), "--greedy", "rollout.max_response_tokens=4"]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert f"model: {run / 'model'}" in result.stderr  # a run folder means its model/
+    said = [line for line in result.stderr.splitlines() if "rollout settings of the run" in line]
+    assert len(said) == 1 and "max_turns=5" in said[0]
+    assert read_trajectories(tmp_path / "a.jsonl")[0].stats.turns == 6
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b.jsonl"),
+                                      "--no-run-settings"])  # fmt: skip
+    assert result.exit_code == 0 and "rollout settings" not in result.stderr
+    assert read_trajectories(tmp_path / "b.jsonl")[0].stats.turns == 5  # the default 4 + 1

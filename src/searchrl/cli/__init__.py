@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from searchrl.cli import data, demo, eval, report, retrieval, rollout, train
+from searchrl import __version__
+from searchrl.cli import config, data, demo, eval, report, retrieval, rollout, train
 from searchrl.cli.boundary import DEBUG_ENV, SearchRLGroup
 from searchrl.utils.threads import apply_threads
 
@@ -22,6 +23,12 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"searchrl {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     debug: Annotated[
@@ -30,11 +37,18 @@ def root(
             "--debug", help=f"Show the traceback of an unexpected error (or {DEBUG_ENV}=1)."
         ),
     ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
-    """Train and evaluate LLMs that reason while calling a search engine (Search-R1/R2)."""
+    """Train and evaluate LLMs that reason while calling a search engine (Search-R1/R2).
+
+    Every command reads its settings from an optional `--config PRESET|FILE`, its options
+    and `KEY=VALUE` arguments, in that order; `searchrl config show COMMAND` lists them."""
 
 
-for module in (retrieval, data, rollout, train, demo, eval, report):
+for module in (retrieval, data, rollout, train, demo, eval, report, config):
     module.register(app)
 
 

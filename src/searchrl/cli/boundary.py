@@ -4,10 +4,11 @@ Every subcommand runs inside `SearchRLGroup.main`, which turns whatever ends it 
 stderr and an exit code:
 
     0    success
-    1    bad input or environment: a SearchRLError (bad config value, missing or malformed
-         file, unreachable server, existing output without --force) or an OSError (permission
-         denied, disk full, ...)
-    2    usage: an unknown option, a missing required option, a value of the wrong form
+    1    bad input or environment: a SearchRLError (bad value in a config file, missing or
+         malformed file, unreachable server, existing output without --force) or an OSError
+         (permission denied, disk full, ...)
+    2    usage: an unknown option, a missing required option, a value of the wrong form, and
+         any bad `key=value` override (a SearchRLError whose `exit_code` is 2)
     70   crash: any other exception, i.e. a bug; the line says how to see the traceback
     130  interrupted (Ctrl-C)
 
@@ -84,7 +85,7 @@ def run_guarded(command: Callable[[], Any], debug: bool) -> int:
         if debug:
             traceback.print_exc()
         _emit(str(err) or type(err).__name__)
-        return EXIT_INPUT
+        return int(getattr(err, "exit_code", EXIT_INPUT))
     except OSError as err:
         if debug:
             traceback.print_exc()

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from searchrl.cli.common import ForceOption, require_file
-from searchrl.config.data import WorldConfig, world_preset
-from searchrl.config.loading import from_dict, parse_value, to_dict
+from searchrl.cli.options import SeedOption, SetOption, joined, settings
+from searchrl.config.data import WORLD_PRESETS, WorldConfig, world_preset
+from searchrl.config.errors import OverrideError
+from searchrl.config.loading import to_dict
+from searchrl.config.presets import is_path
 from searchrl.data.benchmarks import BENCHMARKS, DataError
 from searchrl.data.mix import convert
 from searchrl.data.stats import QAStats, file_stats, load_corpus_index
@@ -29,25 +32,43 @@ def _console() -> Console:
 
 def world(
     out: Annotated[Path, typer.Option(help="Directory for corpus, splits and references.")],
-    seed: Annotated[
-        int | None, typer.Option(help="Random seed (default: the preset's); same seed, same files.")
-    ] = None,
-    preset: Annotated[str, typer.Option(help="Size preset: test, demo or large.")] = "demo",
+    seed: SeedOption = None,
+    config: Annotated[
+        str,
+        typer.Option(
+            "--config",
+            "--preset",
+            help="Size preset (test, demo or large) or a YAML file of world settings.",
+        ),
+    ] = "demo",
     force: ForceOption = False,
+    sets: SetOption = None,
     overrides: Annotated[
         list[str] | None,
-        typer.Argument(help="WorldConfig overrides, e.g. num_entities=2000 same_name_rate=0.2"),
+        typer.Argument(
+            metavar="KEY=VALUE",
+            help="World settings, e.g. num_entities=2000 same_name_rate=0.2 "
+            "(`searchrl config show world`).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Generate a synthetic search world and its reference trajectories (BM25 top-k)."""
-    values = to_dict(world_preset(preset))
-    if seed is not None:
-        values["seed"] = seed
-    values.update(_parse_overrides(overrides or []))
-    config = from_dict(WorldConfig, values)
+    if config in WORLD_PRESETS:
+        base, config_file = to_dict(world_preset(config)), None
+    elif is_path(config):
+        base, config_file = {}, config
+    else:
+        raise OverrideError(
+            f"--config: unknown world preset {config!r}; choose one of "
+            f"{', '.join(WORLD_PRESETS)} or give a YAML file"
+        )
+    generated_config = settings(
+        WorldConfig, config_file, joined(sets, overrides), {"seed": seed}, base=base
+    )
     check_output(out, force=force, kind="directory")
     try:
-        generated = generate_world(config)
+        generated = generate_world(generated_config)
     except ValueError as err:  # the generator's only refusal: too few questions possible
         raise DataError(f"cannot generate this world: {err}") from None
     with atomic_directory(out, force=force) as tmp:
@@ -65,17 +86,6 @@ def world(
     for split, by_hops in manifest["solver_em_by_hops"].items():
         table.add_row(split, *(f"{by_hops[h]:.3f}" if h in by_hops else "-" for h in hops))
     console.print(table)
-
-
-def _parse_overrides(items: list[str]) -> dict[str, Any]:
-    """`key=value` pairs, each value parsed as YAML (`hop_weights=[0,1,1,1]`)."""
-    parsed = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{item!r} is not of the form key=value")
-        parsed[key.strip()] = parse_value(raw, key.strip())
-    return parsed
 
 
 def list_benchmarks() -> None:

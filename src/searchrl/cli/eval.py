@@ -8,17 +8,58 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from searchrl.cli.common import ForceOption
+from searchrl.cli.options import (
+    KEY,
+    ConfigOption,
+    IndexOption,
+    ModelOption,
+    OverridesArgument,
+    RunSettingsOption,
+    SeedOption,
+    SetOption,
+    UrlOption,
+    describe_adopted,
+    joined,
+    resolve_model,
+    run_rollout,
+    settings,
+)
 from searchrl.config.eval import EvalConfig, RubricConfig
-from searchrl.config.loading import from_dict
+
+
+class EvalGroup(TyperGroup):
+    """`eval` is a command and a group (`eval compare`, `eval judge`): a group cannot take
+    positional arguments of its own, so `key=value` arguments of a plain `eval` are read as
+    `--set key=value` before click parses the line."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            return super().parse_args(ctx, args)
+        takes_value = {
+            name
+            for param in self.get_params(ctx)
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+            for name in param.opts
+        }
+        rewritten: list[str] = []
+        value_next = False
+        for arg in args:
+            as_setting = not value_next and KEY.match(arg) is not None
+            rewritten += ["--set", arg] if as_setting else [arg]
+            value_next = arg in takes_value and not value_next
+        return super().parse_args(ctx, rewritten)
+
 
 app = typer.Typer(
+    cls=EvalGroup,
     invoke_without_command=True,
     no_args_is_help=False,
+    subcommand_metavar="[KEY=VALUE]... | compare A B | judge A B",
 )
 
 METHOD_HELP = (
@@ -31,26 +72,6 @@ DATA_HELP = (
     "(runs/x/world/test.jsonl), hf:NAME[:SPLIT], or FILE[a:b] for its rows a..b-1."
 )
 
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Config override, repeatable: --set rollout.max_turns=2"),
-]
-
-
-def _config(cls: type, values: dict[str, Any], overrides: list[str]) -> Any:
-    """`cls` from flag values plus `section.key=value` overrides (overrides win)."""
-    data: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{item!r}: expected key=value")
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(raw)
-    return from_dict(cls, data)
-
 
 @app.callback()
 def evaluate(
@@ -58,18 +79,23 @@ def evaluate(
     method: Annotated[str | None, typer.Option(help=METHOD_HELP)] = None,
     data: Annotated[list[str] | None, typer.Option(help=DATA_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Evaluation folder (resumable).")] = None,
-    index: Annotated[Path | None, typer.Option(help="Index built by `searchrl index`.")] = None,
-    url: Annotated[str | None, typer.Option(help="A Search-R1 /retrieve server instead.")] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Checkpoint dir, hub id, .gguf or 'embedded'.")
+    index: IndexOption = None,
+    url: UrlOption = None,
+    model: ModelOption = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="First N questions of each set (default: all).")
     ] = None,
-    limit: Annotated[int | None, typer.Option(help="First N questions of each set.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Questions per batch.")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="Questions per batch.")] = None,
+    seed: SeedOption = None,
+    config_name: ConfigOption = None,
+    run_settings: RunSettingsOption = True,
     overrides: SetOption = None,
 ) -> None:
     """Score a method the way the papers' Table 2 does: EM/F1/SubEM, searches, turns, tokens
     and latency per question, aggregates with 95% bootstrap intervals. Rerunning the same
-    command completes an interrupted run or skips a finished one."""
+    command completes an interrupted run or skips a finished one. Settings as `key=value`
+    arguments (e.g. rollout.max_turns=2; `searchrl config show eval` lists them); a trained
+    run's model is evaluated with that run's rollout settings unless --no-run-settings."""
     if ctx.invoked_subcommand is not None:
         return
     if method is None or not data or out is None:
@@ -78,10 +104,14 @@ def evaluate(
     from searchrl.eval.registry import method as lookup
     from searchrl.eval.sets import load_sets
 
-    values: dict[str, Any] = {"method": method, "limit": limit, "batch_size": batch_size}
-    if model is not None:
-        values["model"] = {"name_or_path": model}
-    config: EvalConfig = _config(EvalConfig, values, overrides or [])
+    model = resolve_model(model)
+    adopted = run_rollout(model) if run_settings else None
+    values = {"method": method, "limit": limit, "batch_size": batch_size, "seed": seed,
+              "model.name_or_path": model}  # fmt: skip
+    base = {"rollout": adopted[1]} if adopted is not None else None
+    config: EvalConfig = settings(EvalConfig, config_name, overrides or [], values, base)
+    if adopted is not None:
+        typer.echo(describe_adopted(*adopted, EvalConfig().rollout), err=True)
     spec = _spec(lookup, config.method)
     if spec.trained and model is None:
         raise typer.BadParameter(f"{spec.name} evaluates a trained policy: give --model")
@@ -207,14 +237,21 @@ def judge(
     second: Annotated[Path, typer.Argument(help="Evaluation folder B.")],
     kind: Annotated[str | None, typer.Option(help="rule, llm or hybrid.")] = None,
     url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (…/v1).")] = None,
-    judge_model: Annotated[str | None, typer.Option("--judge-model")] = None,
-    per_set: Annotated[int | None, typer.Option(help="Pairs sampled per set.")] = None,
+    judge_model: Annotated[
+        str | None, typer.Option("--judge-model", help="Model name the endpoint serves.")
+    ] = None,
+    per_set: Annotated[
+        int | None, typer.Option(min=0, help="Pairs sampled per set (0 = every pair).")
+    ] = None,
+    seed: SeedOption = None,
     out: Annotated[Path | None, typer.Option(help="Also write the result as JSON.")] = None,
-    overrides: SetOption = None,
     force: ForceOption = False,
+    config_name: ConfigOption = None,
+    sets: SetOption = None,
+    overrides: OverridesArgument = None,
 ) -> None:
     """Trajectory quality (Search-R2 §5.6): six rubric dimensions scored 0/1/2 for each
-    trajectory of a pair, each on its own (`--set shown=pair` shows both, order randomised);
+    trajectory of a pair, each on its own (`shown=pair` shows both, order randomised);
     wins, losses and ties of A per dimension."""
     from searchrl.eval.compare import write_json
     from searchrl.eval.rubric import DIMENSIONS, judge_runs
@@ -223,8 +260,8 @@ def judge(
     if out is not None:
         check_output(out, force=force)
 
-    values = {"kind": kind, "url": url, "model": judge_model, "per_set": per_set}
-    config: RubricConfig = _config(RubricConfig, values, overrides or [])
+    values = {"kind": kind, "url": url, "model": judge_model, "per_set": per_set, "seed": seed}
+    config: RubricConfig = settings(RubricConfig, config_name, joined(sets, overrides), values)
     result = judge_runs(first, second, config)
     table = Table(title=f"trajectory quality: A = {first}  vs  B = {second} ({config.kind})")
     for column in ("dimension", "A wins", "B wins", "ties", "not scored"):

@@ -16,24 +16,26 @@ from rich.console import Console
 from rich.table import Table
 
 from searchrl.cli.common import ForceOption, one_of, require_file
-from searchrl.config import check_config, load_config
+from searchrl.cli.options import (
+    ConfigOption,
+    IndexOption,
+    OverridesArgument,
+    SetOption,
+    UrlOption,
+    joined,
+    settings,
+    split_overrides,
+)
+from searchrl.config import check_config
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.index import KINDS, Kind, build_index, load_index, shard_directories
 from searchrl.retrieval.remote import RemoteRetriever
 from searchrl.types import Hit
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="YAML file with bm25/dense/hybrid/server keys.")
-]
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a config key, e.g. --set dense.index_type=hnsw."),
-]
 
-
-def _config(path: Path | None, overrides: list[str] | None) -> RetrievalConfig:
-    return load_config(RetrievalConfig, path, overrides or [])
+def _config(config: str | None, overrides: list[str]) -> RetrievalConfig:
+    return settings(RetrievalConfig, config, overrides)
 
 
 def index(
@@ -41,8 +43,9 @@ def index(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus JSONL ({id, contents}).")],
     out: Annotated[Path, typer.Option("--out", help="Index directory to write.")],
     config: ConfigOption = None,
-    overrides: SetOption = None,
+    sets: SetOption = None,
     force: ForceOption = False,
+    overrides: OverridesArgument = None,
     shards: Annotated[
         int,
         typer.Option(
@@ -68,7 +71,7 @@ def index(
     rebuild leaves a working index as it was; a non-empty target needs --force."""
     if kind not in KINDS:
         raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    settings = _config(config, overrides)
+    built = _config(config, joined(sets, overrides))
     if faiss_index is not None:
         from searchrl.retrieval.external import link_faiss_index
         from searchrl.utils.output import check_output
@@ -76,13 +79,11 @@ def index(
         if kind != "dense":
             raise typer.BadParameter("--faiss-index links a dense index: use --kind dense")
         check_output(out, force=force, kind="directory")
-        link_faiss_index(faiss_index, corpus, out, settings.dense)
-        typer.echo(f"linked {faiss_index} over {corpus} ({settings.dense.encoder}) at {out}")
+        link_faiss_index(faiss_index, corpus, out, built.dense)
+        typer.echo(f"linked {faiss_index} over {corpus} ({built.dense.encoder}) at {out}")
         return
     kind_: Kind = kind  # type: ignore[assignment]
-    build_index(
-        kind_, require_file(corpus, "corpus file"), out, settings, force=force, shards=shards
-    )
+    build_index(kind_, require_file(corpus, "corpus file"), out, built, force=force, shards=shards)
 
 
 def _print_results(queries: list[str], results: list[list[Hit]]) -> None:
@@ -104,25 +105,32 @@ def _print_results(queries: list[str], results: list[list[Hit]]) -> None:
 
 
 def search(
-    queries: Annotated[list[str], typer.Argument(help="One or more queries.")],
-    index_dir: Annotated[Path | None, typer.Option("--index", help="Index directory.")] = None,
-    url: Annotated[
-        str | None, typer.Option("--url", help="A /retrieve server URL instead of --index.")
-    ] = None,
+    queries: Annotated[
+        list[str],
+        typer.Argument(
+            help="One or more queries; key=value arguments among them are settings "
+            "(e.g. bm25.k1=1.2, `searchrl config show retrieval`).",
+        ),
+    ],
+    index_dir: IndexOption = None,
+    url: UrlOption = None,
     k: Annotated[int, typer.Option("-k", "--topk", min=1, help="Passages per query.")] = 3,
     config: ConfigOption = None,
-    overrides: SetOption = None,
+    sets: SetOption = None,
 ) -> None:
     """Search an index directory (or a remote server) and print the ranked passages."""
     one_of(index_dir, url)
-    settings = _config(config, overrides)
+    queries, overrides = split_overrides(queries, RetrievalConfig)
+    if not queries:
+        raise typer.BadParameter("give at least one query")
+    built = _config(config, joined(sets, overrides))
     retriever: Retriever
     if url is not None:
-        retriever = RemoteRetriever(replace(settings.remote, url=url))
+        retriever = RemoteRetriever(replace(built.remote, url=url))
         check_config(retriever.config, "remote.")
     else:
         assert index_dir is not None
-        retriever = load_index(index_dir, config=settings)
+        retriever = load_index(index_dir, config=built)
     _print_results(queries, retriever.search(queries, k))
 
 
@@ -165,7 +173,8 @@ def serve(
         int | None, typer.Option(min=1, max=65535, help="TCP port (default 8000).")
     ] = None,
     config: ConfigOption = None,
-    overrides: SetOption = None,
+    sets: SetOption = None,
+    overrides: OverridesArgument = None,
 ) -> None:
     """Serve an index over HTTP with the Search-R1 `POST /retrieve` contract.
 
@@ -174,7 +183,10 @@ def serve(
     from searchrl.retrieval.server import serve as serve_index
     from searchrl.retrieval.server import serve_faiss, serve_shards
 
-    dirs = [d for given in index_dirs or [] for d in shard_directories(given)]
+    given = joined(sets, overrides)
+    flags = {"server.host": host, "server.port": port, "dense.encoder": encoder}
+    built = settings(RetrievalConfig, config, given, flags)
+    dirs = [d for folder in index_dirs or [] for d in shard_directories(folder)]
     urls = shard_urls or []
     external = (faiss_index, corpus, encoder)
     local = bool(dirs or urls)
@@ -182,25 +194,16 @@ def serve(
         raise typer.BadParameter("give --index DIR, or --faiss-index with --corpus and --encoder")
     if not local and any(v is None for v in external):
         raise typer.BadParameter("give --index DIR, or all of --faiss-index, --corpus, --encoder")
-    settings = _config(config, overrides)
-    server = replace(
-        settings.server,
-        host=settings.server.host if host is None else host,
-        port=settings.server.port if port is None else port,
-    )
-    dense = replace(settings.dense, encoder=encoder) if encoder is not None else settings.dense
-    settings = replace(settings, server=server, dense=dense)
-    check_config(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if len(dirs) + len(urls) > 1 or urls:
         shard_args = ["--config", str(config)] if config is not None else []
-        shard_args += [arg for o in overrides or [] for arg in ("--set", o)]
-        serve_shards(dirs, urls, settings, shard_args)
+        shard_args += [arg for o in given for arg in ("--set", o)]
+        serve_shards(dirs, urls, built, shard_args)
     elif dirs:
-        serve_index(dirs[0], settings)
+        serve_index(dirs[0], built)
     else:
         assert faiss_index is not None and corpus is not None
-        serve_faiss(faiss_index, corpus, settings)
+        serve_faiss(faiss_index, corpus, built)
 
 
 def register(app: typer.Typer) -> None:

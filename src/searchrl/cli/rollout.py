@@ -18,8 +18,25 @@ from rich.text import Text
 
 from searchrl.cli.common import ForceOption, newest_trained_model, one_of, require_file
 from searchrl.cli.generation import token_progress
-from searchrl.config.loading import from_dict, parse_value
+from searchrl.cli.options import (
+    ConfigOption,
+    IndexOption,
+    ModelOption,
+    OverridesArgument,
+    RunSettingsOption,
+    SeedOption,
+    SetOption,
+    UrlOption,
+    describe_adopted,
+    joined,
+    resolve_model,
+    run_rollout,
+    settings,
+)
+from searchrl.config.interactive import InteractiveConfig
+from searchrl.config.loading import from_dict, parse_overrides, read_yaml
 from searchrl.config.model import ModelConfig
+from searchrl.config.presets import resolve_config
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.benchmarks import DataError, load_questions
@@ -31,62 +48,55 @@ from searchrl.utils.threads import current_threads
 
 ROLE_STYLES = {"policy": "green", "env": "blue", "meta": "magenta"}
 
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        help="Hub id, local dir, .gguf file, or 'embedded' (the base model). Default: the "
-        "newest trained model under runs/, else the embedded base model.",
-    ),
-]
-IndexOption = Annotated[
-    Path | None, typer.Option("--index", help="Index directory built by `searchrl index`.")
-]
-UrlOption = Annotated[
-    str | None, typer.Option("--url", help="A Search-R1 compatible /retrieve server instead.")
-]
 GreedyOption = Annotated[bool, typer.Option("--greedy", help="Greedy decoding (temperature 0).")]
 TemperatureOption = Annotated[
     float | None, typer.Option(min=0.0, help="Sampling temperature (0 = greedy).")
-]
-SeedOption = Annotated[
-    int, typer.Option(help="Rollout seed (per-trajectory seeds derive from it).")
 ]
 RefineOption = Annotated[
     float | None,
     typer.Option(
         "--refine",
+        min=-100.0,
+        max=100.0,
         help="Search-R2: after each answer, let the Meta-Refiner read the trajectory with this "
         "margin τ (0 = the paper's) and cut and regenerate it when it revises; prints the "
         "decision, the cut and the regenerated suffix.",
     ),
 ]
-OverridesArgument = Annotated[
-    list[str] | None,
-    typer.Argument(help="Config overrides: model.dtype=bfloat16 rollout.topk=5 …"),
-]
 
 
-def _configs(
-    model: str | None, greedy: bool, temperature: float | None, overrides: list[str]
-) -> tuple[ModelConfig, RolloutConfig, bool]:
-    """ModelConfig and RolloutConfig from `section.key=value` overrides plus the flags, and
-    whether the model was chosen explicitly."""
-    sections: dict[str, dict[str, Any]] = {"model": {}, "rollout": {}}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        section, dot, field = key.partition(".")
-        if not sep or not dot or not field or section not in sections:
-            raise typer.BadParameter(f"{item!r}: expected model.<key>=<value> or rollout.<...>")
-        sections[section][field] = parse_value(raw, key)
-    if model is not None:
-        sections["model"]["name_or_path"] = model
-    if greedy or temperature is not None:
-        sections["rollout"]["temperature"] = 0.0 if greedy else temperature
-    explicit = "name_or_path" in sections["model"]
-    model_config = from_dict(ModelConfig, sections["model"], prefix="model.")
-    rollout_config = from_dict(RolloutConfig, sections["rollout"], prefix="rollout.")
-    return model_config, rollout_config, explicit
+def _model_named(model: str | None, config: str | None, overrides: list[str]) -> bool:
+    """Whether the command line or the --config file names the model."""
+    if model is not None or "name_or_path" in parse_overrides(overrides).get("model", {}):
+        return True
+    named = read_yaml(resolve_config(config)).get("model", {}) if config else {}
+    return isinstance(named, dict) and "name_or_path" in named
+
+
+def _settings(
+    options: dict[str, Any], config: str | None, overrides: list[str], run_settings: bool,
+    console: Console,
+) -> InteractiveConfig:  # fmt: skip
+    """The settings of `rollout`/`chat`: the model (the newest trained one under runs/ when
+    none is named) and, for a trained run's model, that run's rollout settings; both are
+    said in one line each."""
+    flags = {**options, "model.name_or_path": resolve_model(options["model.name_or_path"])}
+    first = settings(InteractiveConfig, config, overrides, flags)
+    explicit = _model_named(options["model.name_or_path"], config, overrides)
+    chosen = _default_model(first.model, explicit, console).name_or_path
+    if explicit:
+        console.print(f"model: {chosen}", style="dim", soft_wrap=True)
+    flags["model.name_or_path"] = chosen
+    adopted = run_rollout(chosen) if run_settings else None
+    if adopted is not None:
+        line = describe_adopted(*adopted, InteractiveConfig().rollout)
+        console.print(line, style="dim", soft_wrap=True)
+    base = {"rollout": adopted[1]} if adopted is not None else None
+    return settings(InteractiveConfig, config, overrides, flags, base)
+
+
+def _sampling(greedy: bool, temperature: float | None) -> float | None:
+    return 0.0 if greedy else temperature
 
 
 def _default_model(config: ModelConfig, explicit: bool, console: Console) -> ModelConfig:
@@ -99,12 +109,14 @@ def _default_model(config: ModelConfig, explicit: bool, console: Console) -> Mod
         console.print(
             f"model: {trained} (newest trained model under runs/; --model embedded for the base)",
             style="dim",
+            soft_wrap=True,
         )
         return replace(config, name_or_path=str(trained))
     console.print(
         "warning: no trained model under runs/; the base model was never taught to use "
         "<search> and will rarely search (run `searchrl demo` first, or pass --model)",
         style="yellow",
+        soft_wrap=True,
     )
     return config
 
@@ -120,7 +132,8 @@ def _check_engine(index: Path | None, url: str | None) -> None:
     else:
         from searchrl.retrieval.remote import RemoteRetriever
 
-        remote = from_dict(RemoteConfig, {"url": url}, prefix="remote.")
+        # one quick retry: this only asks whether a server answers, before a model loads
+        remote = from_dict(RemoteConfig, {"url": url, "retries": 1}, prefix="remote.")
         with RemoteRetriever(remote) as probe:
             probe.search(["probe"], 1)
 
@@ -150,29 +163,34 @@ def rollout(
     n: Annotated[int, typer.Option("--n", min=1, help="Samples per question.")] = 1,
     greedy: GreedyOption = False,
     temperature: TemperatureOption = None,
-    seed: SeedOption = 0,
+    seed: SeedOption = None,
     force: ForceOption = False,
+    config: ConfigOption = None,
+    run_settings: RunSettingsOption = True,
+    sets: SetOption = None,
     overrides: OverridesArgument = None,
 ) -> None:
-    """Roll out a question file with search; write trajectories and print EM/F1/SubEM."""
+    """Roll out a question file with search; write trajectories and print EM/F1/SubEM.
+    Without --model: the newest trained model under runs/ (said in one line)."""
     one_of(index, url)
     check_output(out, force=force, kind="file")
-    model_config, rollout_config, explicit = _configs(model, greedy, temperature, overrides or [])
+    console = Console(stderr=True, highlight=False)
+    options = {"seed": seed, "model.name_or_path": model,
+               "rollout.temperature": _sampling(greedy, temperature)}  # fmt: skip
+    run = _settings(options, config, joined(sets, overrides), run_settings, console)
     questions = _questions(data, limit)
     _check_engine(index, url)
-    console = Console(stderr=True, highlight=False)
-    model_config = _default_model(model_config, explicit, console)
     console.print(f"torch: {current_threads().describe()}", style="dim")
     # torch/transformers load here, not at import, so `searchrl --help` stays instant.
     from searchrl.models.loading import load_policy
     from searchrl.rollout.runner import rollout_to_file
 
     retriever = _open_engine(index, url)
-    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens, seed=seed)
+    policy = load_policy(run.model, max_model_len=run.rollout.max_total_tokens, seed=run.seed)
     with progress_bar("rollout", len(questions), console=console, unit="questions") as advance:
         summary = rollout_to_file(
-            policy, retriever, questions, rollout_config, out, n_samples=n, seed=seed,
-            force=force, chunk=max(1, model_config.generation_batch_size // n), progress=advance,
+            policy, retriever, questions, run.rollout, out, n_samples=n, seed=run.seed,
+            force=force, chunk=max(1, run.model.generation_batch_size // n), progress=advance,
         )  # fmt: skip
     table = Table(title=f"{data.name} → {out}")
     table.add_column("metric")
@@ -188,25 +206,30 @@ def chat(
     url: UrlOption = None,
     greedy: GreedyOption = False,
     temperature: TemperatureOption = None,
-    seed: SeedOption = 0,
+    seed: SeedOption = None,
     refine: RefineOption = None,
+    config: ConfigOption = None,
+    run_settings: RunSettingsOption = True,
+    sets: SetOption = None,
     overrides: OverridesArgument = None,
 ) -> None:
     """Ask questions (one per line on stdin) and watch the model reason, search and answer:
     model text in green, inserted search results and feedback in blue, Meta-Refiner
-    decisions (`--refine`) in magenta."""
-    model_config, rollout_config, explicit = _configs(model, greedy, temperature, overrides or [])
-    _check_engine(index, url)
+    decisions (`--refine`) in magenta. Without --model: the newest trained model under runs/."""
     console = Console(highlight=False)
-    model_config = _default_model(model_config, explicit, console)
+    options = {"seed": seed, "model.name_or_path": model,
+               "rollout.temperature": _sampling(greedy, temperature)}  # fmt: skip
+    run = _settings(options, config, joined(sets, overrides), run_settings, console)
+    rollout_config, seed = run.rollout, run.seed
+    _check_engine(index, url)
     from searchrl.models.loading import load_policy
     from searchrl.rollout.runner import answer_question
 
     retriever = _open_engine(index, url)
     console.print(
-        f"loading {model_config.name_or_path} ({current_threads().describe()}) …", style="dim"
+        f"loading {run.model.name_or_path} ({current_threads().describe()}) …", style="dim"
     )
-    policy = load_policy(model_config, max_model_len=rollout_config.max_total_tokens, seed=seed)
+    policy = load_policy(run.model, max_model_len=rollout_config.max_total_tokens, seed=seed)
     console.print("Ask a question (Ctrl-D to quit).", style="bold")
 
     for number, line in enumerate(sys.stdin, start=1):

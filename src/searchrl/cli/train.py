@@ -4,34 +4,35 @@ paths they name and the run folder, then call one function in `searchrl.train.ru
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from searchrl.cli.common import ForceOption, InputError, require_dir
-from searchrl.config.loading import load_config
+from searchrl.cli.options import (
+    IndexOption,
+    ModelOption,
+    OverridesArgument,
+    ResumeOption,
+    SeedOption,
+    SetOption,
+    UrlOption,
+    joined,
+    resolve_model,
+    settings,
+)
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import DataConfig, PolicyConfig, TrainConfig
 from searchrl.utils.output import check_output
 
-PRESETS_DIR = Path(__file__).resolve().parents[3] / "configs"
-
 ConfigOption = Annotated[
-    str, typer.Option("--config", help="Preset name in configs/ (e.g. tiny_cpu_grpo) or a path.")
-]
+    str,
+    typer.Option(
+        "--config", help="A shipped preset by name (e.g. tiny_cpu_grpo; `searchrl config list`) "
+        "or a YAML file of settings.",
+    ),
+]  # fmt: skip
 OutOption = Annotated[Path, typer.Option("--out", help="Run folder (metrics, checkpoints, model).")]
-Overrides = Annotated[
-    list[str] | None, typer.Argument(help="key=value overrides, e.g. algo.kl_coef=0.01 steps=5")
-]
-
-
-def resolve_preset(name: str) -> Path:
-    """A path as given, else `configs/<name>.yaml` (cwd first, then the source checkout)."""
-    for candidate in (Path(name), Path("configs") / f"{name}.yaml", PRESETS_DIR / f"{name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    known = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
-    raise typer.BadParameter(f"no config file or preset named {name!r} (presets: {known})")
 
 
 DATA_DOCS = "docs/data.md#the-papers-data"
@@ -60,20 +61,36 @@ def check_sources(data: DataConfig, policy: PolicyConfig) -> None:
         require_dir(Path(policy.init_checkpoint), "policy.init_checkpoint")
 
 
+def _flags(seed: int | None, model: str | None, index: Path | None, url: str | None) -> dict:
+    """The shared options as settings of a train or SFT config."""
+    flags: dict[str, Any] = {"seed": seed, "model.name_or_path": resolve_model(model)}
+    if index is not None and url is not None:
+        raise typer.BadParameter("give at most one of --index DIR or --url URL")
+    if index is not None:
+        flags["data.index_dir"] = str(index)
+    if url is not None:
+        flags.update({"data.retriever": "remote", "data.remote.url": url})
+    return flags
+
+
 def train(
     config: ConfigOption,
     out: OutOption,
-    resume: Annotated[
-        bool, typer.Option(help="Continue from the last checkpoint in --out.")
-    ] = False,
+    resume: ResumeOption = False,
     force: Annotated[
         bool, typer.Option("--force", help="Start a fresh run in a non-empty --out folder.")
     ] = False,
-    overrides: Overrides = None,
+    seed: SeedOption = None,
+    model: ModelOption = None,
+    index: IndexOption = None,
+    url: UrlOption = None,
+    sets: SetOption = None,
+    overrides: OverridesArgument = None,
 ) -> None:
     """RL training (Search-R1 PPO or GRPO) with retrieved-token masking."""
-    settings = load_config(TrainConfig, resolve_preset(config), overrides or [])
-    check_sources(settings.data, settings.policy)
+    flags = _flags(seed, model, index, url)
+    run = settings(TrainConfig, config, joined(sets, overrides), flags)
+    check_sources(run.data, run.policy)
     check_output(out, force=force or resume, kind="directory")
     from searchrl.train.checkpoint import latest_checkpoint
     from searchrl.train.run import exit_ranks
@@ -81,21 +98,32 @@ def train(
 
     if resume and latest_checkpoint(out / "checkpoints") is None:
         typer.echo(f"note: no checkpoint in {out / 'checkpoints'}; starting at step 0", err=True)
-    metrics = run_train(settings, out, resume=resume)
+    metrics = run_train(run, out, resume=resume)
     shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith(("val/", "critic/score"))}
     typer.echo(f"done: {out} {shown}")
     exit_ranks()
 
 
-def sft(config: ConfigOption, out: OutOption, force: ForceOption = False,
-        overrides: Overrides = None) -> None:  # fmt: skip
+def sft(
+    config: ConfigOption,
+    out: OutOption,
+    resume: ResumeOption = False,
+    force: ForceOption = False,
+    seed: SeedOption = None,
+    model: ModelOption = None,
+    index: IndexOption = None,
+    url: UrlOption = None,
+    sets: SetOption = None,
+    overrides: OverridesArgument = None,
+) -> None:
     """Supervised warm start on reference (or rejection-sampled) trajectories."""
-    settings = load_config(SFTConfig, resolve_preset(config), overrides or [])
-    check_sources(settings.data, settings.policy)
-    check_output(out, force=force, kind="directory")
+    flags = _flags(seed, model, index, url)
+    run = settings(SFTConfig, config, joined(sets, overrides), flags)
+    check_sources(run.data, run.policy)
+    check_output(out, force=force or resume, kind="directory")
     from searchrl.train.run_sft import sft as run_sft
 
-    result = run_sft(settings, out)
+    result = run_sft(run, out, resume=resume)
     typer.echo(f"done: {out / 'model'} { ({k: round(v, 4) for k, v in result.items()}) }")
 
 

@@ -88,6 +88,9 @@ NonNegativeFloat = Annotated[float, Range(ge=0)]
 Fraction = Annotated[float, Range(ge=0, le=1)]
 """A share or probability in [0, 1]."""
 Port = Annotated[int, Range(ge=1, le=65535)]
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Range(ge=0, le=MAX_SEED)]
+"""A random seed: NumPy takes only these (a negative one would fail deep inside a run)."""
 NonEmptyStr = Annotated[str, Satisfies(lambda v: bool(v.strip()), "a non-empty string")]
 HttpUrl = Annotated[
     str, Satisfies(lambda v: re.match(r"^https?://[^/\s]+", v) is not None, "an http(s):// URL")

@@ -18,6 +18,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveInt,
     Range,
+    Seed,
     positive_total,
 )
 from searchrl.config.errors import ConfigError
@@ -31,7 +32,7 @@ Entities = Annotated[int, Range(ge=MIN_ENTITIES)]
 class WorldConfig:
     """How big the invented world is, how hard its questions are and how noisy its corpus is."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the one `random.Random` the generator draws from: same seed, same files."""
 
     num_entities: Entities = 400
@@ -91,6 +92,10 @@ class WorldConfig:
             raise ConfigError("train_questions: every split is empty (all question counts are 0)")
 
 
+WORLD_PRESETS = ("test", "demo", "large")
+"""The named world sizes of `world_preset` (`searchrl world --config NAME`)."""
+
+
 def world_preset(name: str) -> WorldConfig:
     """Named sizes: `test` (unit tests, well under a second), `demo` (CPU demo: ~300 entities,
     ~1000 passages, a few hundred questions, a few seconds) and `large` (~20k entities)."""
@@ -118,7 +123,7 @@ class MixConfig:
     split: NonEmptyStr = "train"
     """Split to take from each source."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the shuffle of the pooled questions."""
 
     max_per_source: PositiveInt | None = None

@@ -1,4 +1,4 @@
-"""The config error type, apart so that `checks` and `loading` can both raise it."""
+"""The config error types, apart so that `checks` and `loading` can both raise them."""
 
 from __future__ import annotations
 
@@ -8,3 +8,11 @@ from searchrl.utils.errors import SearchRLError
 class ConfigError(SearchRLError, ValueError):
     """A config file or override names an unknown key, a value of the wrong type, or a value
     outside the field's range or choices; the message names the key."""
+
+
+class OverrideError(ConfigError):
+    """A setting typed on the command line (a `key=value` override or an option such as
+    `--seed`) is malformed, unknown or out of range: a usage error, so the command exits with
+    2 like any other bad option, where a bad config *file* exits with 1."""
+
+    exit_code = 2

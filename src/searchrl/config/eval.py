@@ -5,11 +5,24 @@ judge (seed 001 §5.6) and `searchrl report`. Evaluation is greedy by default, a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
+from searchrl.config.checks import (
+    NonEmptyStr,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    Seed,
+    UrlOrEmpty,
+)
 from searchrl.config.model import ModelConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
+
+Confidence = Annotated[float, Range(gt=0, lt=1)]
+Resamples = Annotated[int, Range(ge=100)]
+"""Fewer bootstrap resamples than this give intervals too noisy to print."""
 
 
 def _greedy_rollout() -> RolloutConfig:
@@ -20,23 +33,23 @@ def _greedy_rollout() -> RolloutConfig:
 class EvalConfig:
     """One evaluation: a method over question sets, written sample by sample to a folder."""
 
-    method: str = "search-r1"
+    method: NonEmptyStr = "search-r1"
     """A name from `searchrl.eval.METHODS` (direct, cot, rag, ircot, search-o1, r1, sft,
     rejection, search-r1, …)."""
-    limit: int = 0
+    limit: NonNegativeInt = 0
     """Questions per set (the first N of each file); 0 = every question."""
-    batch_size: int = 16
+    batch_size: PositiveInt = 16
     """Questions generated together; also the unit appended to `samples.jsonl` (a kill loses
     at most the batch in flight)."""
-    seed: int = 0
+    seed: Seed = 0
     """Rollout seed (only matters when `rollout.temperature > 0`)."""
-    bootstrap_resamples: int = 2000
+    bootstrap_resamples: Resamples = 2000
     """Resamples behind every 95% interval and paired test."""
-    confidence: float = 0.95
+    confidence: Confidence = 0.95
     """Confidence level of the intervals."""
-    ircot_step_tokens: int = 64
+    ircot_step_tokens: PositiveInt = 64
     """IRCoT: most tokens of one reasoning line (each line becomes the next query)."""
-    reason_tokens: int = 256
+    reason_tokens: PositiveInt = 256
     """Search-o1: most tokens of one Reason-in-Documents call."""
     progress: bool = True
     """Show a progress bar with ETA."""
@@ -54,27 +67,27 @@ class EvalConfig:
 class RubricConfig:
     """The six-dimension trajectory-quality comparison of two evaluations."""
 
-    kind: str = "rule"
+    kind: Literal["rule", "llm", "hybrid"] = "rule"
     """`rule` (the dimensions a rule can score), `llm` (all six by an OpenAI-compatible
     endpoint) or `hybrid` (rule where one exists, the endpoint for the rest)."""
     shown: Literal["single", "pair"] = "single"
     """`single`: the judge reads each trajectory on its own (§5.6: "scored independently");
     `pair`: both trajectories in one prompt, shown in a seeded random order."""
-    url: str = ""
+    url: UrlOrEmpty = ""
     """Base URL of an OpenAI-compatible API (`…/v1`); `/chat/completions` is appended."""
     model: str = ""
     """Model name sent to the endpoint."""
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: NonEmptyStr = "OPENAI_API_KEY"
     """Environment variable holding the API key (sent as a bearer token when set)."""
-    per_set: int = 100
-    """Paired trajectories sampled per set (the paper: 100 per dataset)."""
-    seed: int = 0
+    per_set: NonNegativeInt = 100
+    """Paired trajectories sampled per set (the paper: 100 per dataset); 0 = every pair."""
+    seed: Seed = 0
     """Seeds the pair sample and the order each pair is shown in."""
-    timeout_s: float = 120.0
+    timeout_s: PositiveFloat = 120.0
     """Per-request timeout."""
-    retries: int = 2
+    retries: NonNegativeInt = 2
     """Retries after a failed request or an unparsable answer."""
-    max_tokens: int = 400
+    max_tokens: PositiveInt = 400
     """Completion budget of one judgement."""
 
 
@@ -82,9 +95,9 @@ class RubricConfig:
 class ReportConfig:
     """What `searchrl report` embeds in the page."""
 
-    max_trajectories: int = 200
+    max_trajectories: NonNegativeInt = 200
     """Trajectories embedded per evaluation (and per training run's last held-out step)."""
-    reference_method: str = "search-r1"
+    reference_method: NonEmptyStr = "search-r1"
     """Method the others are paired against in the comparison table (first one if absent)."""
-    bootstrap_resamples: int = 2000
+    bootstrap_resamples: Resamples = 2000
     """Resamples behind the paired tests computed for the page."""

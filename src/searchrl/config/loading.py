@@ -17,27 +17,27 @@ from typing import Any, TypeVar
 import yaml
 
 from searchrl.config.checks import check_config
-from searchrl.config.errors import ConfigError
+from searchrl.config.errors import ConfigError, OverrideError
 
-__all__ = ["ConfigError", "from_dict", "load_config", "to_dict"]
+__all__ = ["ConfigError", "OverrideError", "build", "from_dict", "load_config", "to_dict"]
 
 T = TypeVar("T")
 
 
-def _convert(value: Any, annotation: Any, key: str) -> Any:
+def _convert(value: Any, annotation: Any, key: str, root: type | None = None) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return _build(annotation, value, f"{key}.")
+        return _build(annotation, value, f"{key}.", root)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _convert(value, arg, key)
+                return _convert(value, arg, key, root)
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError("; ".join(errors))
@@ -82,21 +82,62 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def _build(cls: type[T], data: Any, prefix: str) -> T:
+def _build(cls: type[T], data: Any, prefix: str, root: type | None = None) -> T:
+    """`cls` from `data`; `root` is the class the whole config is read into (for hints)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), sorted(names), n=1)
-        hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+        hint = _hint(cls, prefix, str(unknown[0]), data[unknown[0]], root or cls)
         raise ConfigError(f"unknown config key(s) {', '.join(prefix + u for u in unknown)}{hint}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs = {
-        k: _convert(_onto_default(fields[k], v), hints[k], prefix + k) for k, v in data.items()
+        k: _convert(_onto_default(fields[k], v), hints[k], prefix + k, root or cls)
+        for k, v in data.items()
     }
     return cls(**kwargs)
+
+
+def _hint(cls: type, prefix: str, key: str, value: Any, root: type) -> str:
+    """What the user may have meant by an unknown key: a close spelling at this level, the
+    same name one section down (`topk` → `rollout.topk`), or, for the RL config, the name a
+    veRL / Search-R1 key has here (`data.train_batch_size` → `batch_size`)."""
+    from searchrl.config.train import TrainConfig
+    from searchrl.config.verl_keys import translate
+
+    for dotted in _dotted(prefix + key, value):
+        entry = translate(dotted)
+        if entry is not None and root is TrainConfig:
+            where = entry.ours or f"not a setting here ({entry.note})"
+            return f"; veRL's {entry.theirs} is {where}"
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"; did you mean {prefix}{close[0]}?"
+    hints = typing.get_type_hints(cls)
+    below = [f"{prefix}{n}.{key}" for n in names
+             if dataclasses.is_dataclass(hints[n]) and _has_key(hints[n], key)]  # fmt: skip
+    return f"; did you mean {' or '.join(below)}?" if below else ""
+
+
+def _dotted(key: str, value: Any) -> list[str]:
+    """Every dotted path an override's nested dict spells out (`a.b.c=1` → `a.b.c`)."""
+    if not isinstance(value, dict) or not value:
+        return [key]
+    return [path for k, v in value.items() for path in _dotted(f"{key}.{k}", v)]
+
+
+def _has_key(cls: type | None, dotted: str) -> bool:
+    """Whether `dotted` names a field (or nested field) of the dataclass `cls`."""
+    head, _, rest = dotted.partition(".")
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return False
+    hints = typing.get_type_hints(cls)
+    if head not in {f.name for f in dataclasses.fields(cls)}:
+        return False
+    return not rest or _has_key(hints[head], rest)
 
 
 def _onto_default(field: dataclasses.Field[Any], value: Any) -> Any:
@@ -146,11 +187,13 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node = data
     *parents, leaf = dotted.split(".")
     if not all(parents) or not leaf:
-        raise ConfigError(f"override key {dotted!r} has an empty part")
+        raise OverrideError(f"override key {dotted!r} has an empty part")
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"{dotted}: {part} is not a section")
+            raise OverrideError(f"{dotted}: {part} is not a section")
+    if isinstance(node.get(leaf), dict) and not isinstance(value, dict):
+        raise OverrideError(f"{dotted}: is a section; set its keys ({dotted}.KEY=VALUE)")
     node[leaf] = value
 
 
@@ -160,7 +203,53 @@ def parse_value(raw: str, key: str) -> Any:
         return yaml.safe_load(raw)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError(f"{key}: cannot parse {raw!r} ({problem})") from None
+        raise OverrideError(f"{key}: cannot parse {raw!r} ({problem})") from None
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """`a.b=value` arguments as one nested dict, each value parsed as YAML. A malformed one
+    is an OverrideError (a usage error, exit code 2) naming it."""
+    data: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise OverrideError(f"override {item!r} is not of the form key=value")
+        _set_path(data, key.strip(), parse_value(raw, key.strip()))
+    return data
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """`{"a.b": 1}` as `{"a": {"b": 1}}` (values as they are, not parsed)."""
+    data: dict[str, Any] = {}
+    for key, value in flat.items():
+        _set_path(data, key, value)
+    return data
+
+
+def merge(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts merged left to right: a later layer's keys win, sections merge."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = _deep_merge(merged, layer)
+    return merged
+
+
+def build(cls: type[T], base: dict[str, Any], command_line: dict[str, Any]) -> T:
+    """`cls` from settings read from files (`base`) overlaid by those typed on the command
+    line. When the result is invalid but the files alone are not, the command line is to
+    blame and the error is an OverrideError (exit code 2); otherwise a ConfigError (exit 1)."""
+    try:
+        return from_dict(cls, merge(base, command_line))
+    except OverrideError:
+        raise
+    except ConfigError as err:
+        if not command_line:
+            raise
+        try:
+            from_dict(cls, base)
+        except ConfigError:
+            raise err from None
+        raise OverrideError(str(err)) from None
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -185,9 +274,4 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     """Load a YAML file (optional) into `cls`, then apply `a.b=value` overrides, where each
     value is parsed as YAML (`lr=1e-6`, `use_lora=true`, `name=foo`)."""
     data: dict[str, Any] = read_yaml(Path(path)) if path is not None else {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r} is not of the form key=value")
-        _set_path(data, key.strip(), parse_value(raw, key.strip()))
-    return from_dict(cls, data)
+    return build(cls, data, parse_overrides(overrides))

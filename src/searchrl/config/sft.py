@@ -1,5 +1,6 @@
 """Configuration of the supervised warm start (`searchrl sft`): the Actor's references and the
-Search-R2 Meta-Refiner's meta phase. Presets in `configs/*.yaml` override these defaults."""
+Search-R2 Meta-Refiner's meta phase. Presets in `src/searchrl/presets/*.yaml` override these
+defaults."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Seed,
 )
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
@@ -24,7 +26,7 @@ from searchrl.config.train import DataConfig, PolicyConfig
 class SFTConfig:
     """Supervised warm start on reference (or rejection-sampled) trajectories."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Shuffling seed."""
     source: Literal["references", "rejection", "direct", "rag"] = "references"
     """`references`: the world's reference trajectories; `rejection`: sample with search via
@@ -51,6 +53,11 @@ class SFTConfig:
     """Max global grad norm."""
     mask_env: bool = True
     """Mask env tokens (retrieved passages) out of the loss, as in RL."""
+    save_every: NonNegativeInt = 10
+    """Write a checkpoint every N optimizer steps of a phase and at its end, so `searchrl sft
+    --resume` continues a killed run; 0 = none. A checkpoint holds the trained weights and
+    the optimizer (about 3x the trained weights in fp32), only the newest is kept, and all
+    are deleted when the run has exported its model."""
     rejection_samples: PositiveInt = 5
     """Rejection sampling: trajectories sampled per question (the paper: five)."""
     meta_examples: NonNegativeInt = 0

@@ -1,5 +1,6 @@
 """Configuration of RL training (PPO / GRPO); the warm start's is `config.sft`. Every RL default
-lives here; `configs/*.yaml` presets override them and `key=value` arguments override the presets.
+lives here; `src/searchrl/presets/*.yaml` presets override them and `key=value` arguments
+override the presets.
 
 Batch sizes count *prompts* where the paper does (batch 512, mini-batch 256): a step samples
 `batch_size` prompts × `n_samples` trajectories.
@@ -17,6 +18,7 @@ from searchrl.config.checks import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Seed,
     UrlOrEmpty,
 )
 from searchrl.config.data import GroundingConfig, WorldConfig
@@ -86,8 +88,9 @@ class DataConfig:
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
     """Any index `searchrl index` builds or links (BM25, dense Flat/IVF-PQ/HNSW with its
-    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process; empty builds BM25 over the world's corpus in
-    memory. Needed with `train_files` unless `retriever: remote`."""
+    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process;
+    empty builds BM25 over the world's corpus in memory. Needed with `train_files` unless
+    `retriever: remote`."""
     retriever: Literal["bm25", "remote"] = "bm25"
     """`bm25` searches in process (`index_dir`, whatever its kind, else the world's corpus
     with BM25); `remote` sends every search to a Search-R1 compatible `/retrieve` server at
@@ -291,7 +294,7 @@ class LoggingConfig:
 class TrainConfig:
     """One RL run: `searchrl train --config PRESET --out DIR key=value ...`."""
 
-    seed: int = 0
+    seed: Seed = 0
     """Seeds sampling, rollouts and initialisation (CPU runs are bit-reproducible)."""
     steps: PositiveInt = 500
     """Optimizer steps (each on a fresh batch of rollouts)."""

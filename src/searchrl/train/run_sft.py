@@ -30,13 +30,19 @@ from searchrl.train.sft import (
     sft_step_count,
     solved_references,
 )
+from searchrl.train.sft_checkpoint import PhaseCheckpoints, saved_step
+from searchrl.train.sft_checkpoint import remove as remove_checkpoints
 from searchrl.types import Trajectory
 
 
-def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, float]:
+def sft(
+    config: SFTConfig, out_dir: Path, progress: bool = True, resume: bool = False
+) -> dict[str, float]:
     """Warm start (or baseline): SFT on reference or rejection-sampled trajectories; writes
     `DIR/model`, `DIR/metrics.jsonl` and `DIR/config.yaml`. Returns the last step's stats
-    plus how many trajectories were used."""
+    plus how many trajectories were used. `resume`: each phase continues from its newest
+    checkpoint under `DIR/checkpoints/` (see `train.sft_checkpoint`); without it, any left
+    there are discarded and the run starts afresh."""
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     write_config(config, out_dir)
@@ -68,6 +74,10 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
     writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
+    checkpoints = out_dir / "checkpoints"
+    if not resume:
+        remove_checkpoints(checkpoints)
+        writer.truncate_after(-1)  # a fresh run into an old folder starts a fresh log
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     bf16 = use_bf16(config.policy.autocast, policy)
     done = 0
@@ -78,19 +88,22 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
     ) -> None:
         nonlocal done
         total = sft_step_count(len(examples), phase)
+        saves = PhaseCheckpoints(checkpoints / prefix, phase.save_every)
+        resumed = saved_step(saves.root)
+        if resume and resumed < total:  # rows after the checkpoint are redone
+            writer.truncate_after(done + resumed)
         label = "SFT" if prefix == "sft" else "meta SFT"
-        with progress_bar(progress, total, 0, label) as bar:
+        with progress_bar(progress, total, resumed, label) as bar:
 
             def log(step: int, stats: dict[str, float]) -> None:
-                named = {k.replace("sft/", f"{prefix}/"): v for k, v in stats.items()}
-                writer.write(done + step, named)
-                history.append(named)
+                writer.write(done + step, _named(stats, prefix))
                 if bar is not None:
                     loss, speed = stats["sft/loss"], stats["sft/tokens_per_s"]
                     description = f"loss={loss:.3f} · {speed:.0f} tokens/s"
                     bar.update(bar.task_ids[0], completed=step, description=description)
 
-            run_sft(policy, examples, pad_id, phase, bf16, log, weights)
+            stats = run_sft(policy, examples, pad_id, phase, bf16, log, weights, saves)
+        history.extend(_named(s, prefix) for s in stats)
         done += total
 
     result: dict[str, float] = {}
@@ -109,4 +122,10 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
     actor = [h for h in history if "sft/loss" in h]
     result = {**(actor[-1] if actor else {}), "sft/examples": float(len(examples)), **result}
     (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    remove_checkpoints(checkpoints)
     return result
+
+
+def _named(stats: dict[str, float], prefix: str) -> dict[str, float]:
+    """A phase's stats under its prefix (`sft/loss` → `meta_sft/loss`)."""
+    return {k.replace("sft/", f"{prefix}/"): v for k, v in stats.items()}

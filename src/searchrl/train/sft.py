@@ -28,6 +28,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,6 +44,7 @@ from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device
 from searchrl.train.models import make_optimizer, trainable, warmup_then_linear_decay
 from searchrl.train.packing import micro_batches
+from searchrl.train.sft_checkpoint import PhaseCheckpoints
 from searchrl.types import Question, Trajectory
 
 LogFn = Callable[[int, dict[str, float]], None]
@@ -216,6 +218,35 @@ def example_weight_tensor(n: int, example_weights: Sequence[float] | None) -> to
     return weights
 
 
+def _update(
+    policy: nn.Module,
+    batch: Any,
+    weights: torch.Tensor,
+    config: SFTConfig,
+    bf16: bool,
+    optimizer: torch.optim.Optimizer,
+) -> tuple[float, float]:
+    """One optimizer step over a batch in micro-batches; the summed loss and the gradient
+    norm (a non-finite norm skips the step)."""
+    device = next(policy.parameters()).device
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    lengths = batch.attention_mask.sum(1).tolist()
+    for rows in micro_batches(lengths, config.micro_batch_size, config.micro_batch_tokens):
+        mb = batch.select(rows)
+        w = weights[rows, : mb.response_length].to(device)
+        with autocast(bf16, device):
+            logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, "none", w > 0)
+        loss = -aggregate(logp, w)
+        loss.backward()
+        total += float(loss.detach())
+    limit = config.grad_clip if config.grad_clip > 0 else float("inf")
+    norm = float(torch.nn.utils.clip_grad_norm_(trainable(policy), limit))
+    if math.isfinite(norm):
+        optimizer.step()
+    return total, norm
+
+
 def run_sft(
     policy: nn.Module,
     trajectories: Sequence[Trajectory],
@@ -224,6 +255,7 @@ def run_sft(
     bf16: bool,
     log: LogFn | None = None,
     example_weights: Sequence[float] | None = None,
+    checkpoints: PhaseCheckpoints | None = None,
 ) -> list[dict[str, float]]:
     """Train `policy` in place on the trained tokens of `trajectories`; returns per-step stats
     (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`, and throughput since
@@ -232,40 +264,35 @@ def run_sft(
 
     `example_weights` (one per trajectory, default 1) make the loss a weighted token mean:
     a token of example i weighs w_i / Σ w over the batch's trained tokens, so e.g. Meta-Refiner
-    examples can count more or less than the Actor's without changing the batch."""
+    examples can count more or less than the Actor's without changing the batch.
+
+    `checkpoints`: save there every few steps, and first continue from the newest checkpoint
+    found there (a finished phase returns its stats at once, its weights restored)."""
     if not trajectories:
         raise ValueError("no trajectories to fine-tune on")
     per_example = example_weight_tensor(len(trajectories), example_weights)
-    device = next(policy.parameters()).device
     steps = sft_step_count(len(trajectories), config)
     optimizer = make_optimizer(policy, config.lr, 0.0)
     scheduler = warmup_then_linear_decay(optimizer, steps, config.warmup_ratio)
     take = _example_stream(len(trajectories), config.seed)
     history: list[dict[str, float]] = []
     seconds = tokens = loss_tokens = 0.0
+    first = 0
+    resumed = checkpoints.restore(policy, optimizer, scheduler) if checkpoints else None
+    if resumed is not None:
+        first, history = resumed["step"], resumed["history"]
+        seconds, tokens, loss_tokens = resumed["counters"]
+        for _ in range(first):  # the examples the saved steps already took
+            take(config.batch_size)
     policy.train()
-    for step in range(steps):
+    for step in range(first, steps):
         # longest first: where rows cannot be packed, a micro-batch pads to similar lengths
         picked = sorted(take(config.batch_size), key=lambda i: -_length(trajectories[i]))
         batch = collate([trajectories[i] for i in picked], pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, config.mask_env)
         weights = token_mean_weights(mask * per_example[picked].unsqueeze(1))  # [B, R]
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        lengths = batch.attention_mask.sum(1).tolist()
-        for rows in micro_batches(lengths, config.micro_batch_size, config.micro_batch_tokens):
-            mb = batch.select(rows)
-            w = weights[rows, : mb.response_length].to(device)
-            with autocast(bf16, device):
-                logp, _ = forward_logprobs(policy, to_device(mb, device), 1.0, "none", w > 0)
-            loss = -aggregate(logp, w)
-            loss.backward()
-            total += float(loss.detach())
-        limit = config.grad_clip if config.grad_clip > 0 else float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(trainable(policy), limit))
-        if math.isfinite(norm):
-            optimizer.step()
+        total, norm = _update(policy, batch, weights, config, bf16, optimizer)
         scheduler.step()
         seconds += time.perf_counter() - start
         tokens += float(batch.attention_mask.sum())
@@ -280,5 +307,8 @@ def run_sft(
         history.append(stats)
         if log is not None:
             log(step + 1, stats)
+        if checkpoints is not None and checkpoints.due(step + 1, steps):
+            state = {"history": history, "counters": (seconds, tokens, loss_tokens)}
+            checkpoints.save(step + 1, policy, optimizer, scheduler, state)
     policy.eval()
     return history

@@ -13,13 +13,18 @@ from searchrl.config import ConfigError, check_config, from_dict, load_config
 from searchrl.config.checks import Fraction, PositiveInt, Range, Satisfies, positive_total
 from searchrl.config.data import MixConfig, WorldConfig
 from searchrl.config.demo import DemoConfig
+from searchrl.config.eval import EvalConfig, ReportConfig, RubricConfig
+from searchrl.config.interactive import InteractiveConfig
 from searchrl.config.model import ModelConfig
 from searchrl.config.retrieval import RetrievalConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import TrainConfig
 
-ROOTS = (TrainConfig, SFTConfig, DemoConfig, RetrievalConfig, WorldConfig, MixConfig)
+ROOTS = (
+    TrainConfig, SFTConfig, DemoConfig, RetrievalConfig, WorldConfig, EvalConfig,
+    InteractiveConfig, RubricConfig, ReportConfig, MixConfig,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def test_val_files_without_train_files_is_an_error() -> None:
 
 
 def test_a_paper_preset_runs_on_a_world_once_its_files_are_cleared() -> None:
-    from searchrl.cli.train import resolve_preset
+    from searchrl.config.presets import resolve_config as resolve_preset
 
     clear = ["data.train_files=[]", "data.val_files=[]", "data.index_dir=", "data.world_dir=W"]
     config = load_config(TrainConfig, resolve_preset("search_r1_grpo"), clear)

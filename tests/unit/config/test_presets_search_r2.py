@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from searchrl.cli.train import resolve_preset
 from searchrl.config.errors import ConfigError
 from searchrl.config.loading import load_config, to_dict
+from searchrl.config.presets import resolve_config as resolve_preset
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import TrainConfig
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from searchrl.cli.train import resolve_preset
 from searchrl.config.loading import load_config, to_dict
+from searchrl.config.presets import resolve_config as resolve_preset
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import TrainConfig
 from searchrl.data.sources import load_sources

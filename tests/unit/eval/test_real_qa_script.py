@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
 import real_qa
 import real_qa_report
-from searchrl.cli.train import resolve_preset
 from searchrl.config.loading import load_config
+from searchrl.config.presets import resolve_config as resolve_preset
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import TrainConfig
 

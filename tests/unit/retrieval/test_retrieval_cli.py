@@ -45,7 +45,7 @@ def test_errors_are_messages_not_tracebacks(corpus_file: Path, tmp_path: Path) -
         ["index", "--kind", "bm25", "--corpus", str(corpus_file), "--out", str(tmp_path / "x"),
          "--set", "bm25.k3=1"],
     )  # fmt: skip
-    assert bad_key.exit_code == 1 and "unknown config key(s) bm25.k3" in flat(bad_key.output)
+    assert bad_key.exit_code == 2 and "unknown config key(s) bm25.k3" in flat(bad_key.output)
     bad_kind = runner.invoke(
         app(), ["index", "--kind", "splade", "--corpus", str(corpus_file), "--out", "x"]
     )
