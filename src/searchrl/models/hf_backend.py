@@ -18,6 +18,7 @@ import copy
 import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -63,6 +64,8 @@ class HFBackend:
         if converted:  # our own copy; the caller's module keeps its train/eval mode
             self._runner.eval()
         self._prefixes.clear()
+        self.synced_version: Any = None
+        """Which weights the generation copy holds (`sync_weights`); None: not recorded."""
         self._eos_ids = eos_token_ids(self.tokenizer, model)
         self._pad_id = self._pick_pad_id()
         # transformers 5 renamed `past_key_values` to `cache`; older releases only know the former.
@@ -75,11 +78,13 @@ class HFBackend:
         module may be updated while this backend generates."""
         return self._runner is not self.model
 
-    def sync_weights(self, source: torch.nn.Module | None = None) -> None:
+    def sync_weights(self, source: torch.nn.Module | None = None, version: Any = None) -> None:
         """Copy the weights of `source` (default: the model given to `set_model`) into the
-        generation copy; a no-op when generating with the model itself."""
+        generation copy; a no-op when generating with the model itself. `version` (see
+        `models.vllm_weights.weights_version`) records which weights the copy holds."""
         source = self.model if source is None else source
         self._prefixes.clear()
+        self.synced_version = version
         if self._runner is source:
             return
         with torch.no_grad():

@@ -226,8 +226,9 @@ def build_reward(
 
 
 def engine_metrics(engine: object, overlapped: OverlappedRollout | None) -> dict[str, float]:
-    """Seconds the last weight sync took (engines that time it: vLLM, CTranslate2) and,
-    with overlap, the staleness of the step's rollouts and the trainer's wait for them."""
+    """Seconds the last weight sync took (engines that time it: vLLM; 0 when the weights had
+    not changed) and, with overlap, the staleness of the step's rollouts and the trainer's
+    wait for them."""
     if overlapped is not None:
         return overlapped.metrics()
     seconds = getattr(engine, "last_sync_s", None)
