@@ -32,7 +32,13 @@ from searchrl.models.generation import (
     eos_token_ids,
     sample_tokens,
 )
-from searchrl.models.kv_prefix import PrefixEntry, PrefixStore, build_batch, extract
+from searchrl.models.kv_prefix import (
+    PrefixEntry,
+    PrefixStore,
+    build_batch,
+    drop_padding,
+    extract,
+)
 
 
 class HFBackend:
@@ -137,11 +143,14 @@ class HFBackend:
     def _forward(
         self, step_ids: torch.Tensor, attention: torch.Tensor, cache: DynamicCache
     ) -> torch.Tensor:
-        """Logits of the next token ([rows, vocab]) after feeding `step_ids` ([rows, new])."""
+        """Logits of the next token ([rows, vocab]) after feeding `step_ids` ([rows, new]).
+        Without padding the mask is left out: attention then runs without one, and with
+        grouped keys and values as they are (a mask makes transformers repeat them per query
+        head first)."""
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         return self._runner(
             input_ids=step_ids,
-            attention_mask=attention,
+            attention_mask=None if bool(attention.all()) else attention,
             position_ids=positions,
             **{self._cache_kwarg: cache},
             use_cache=True,
@@ -176,6 +185,7 @@ class HFBackend:
                 index = torch.tensor(keep, dtype=torch.long, device=attention.device)
                 cache.batch_select_indices(index)
                 attention, next_ids = attention[index], next_ids[index]
+                attention = drop_padding(cache, attention)
             active = [active[j] for j in keep]
             step_ids = next_ids[:, None]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)

