@@ -330,9 +330,9 @@ class VLLMBackend:
 def _start_here(kwargs: dict[str, Any]) -> tuple[Any, EngineStream]:
     """An engine in this process (`models.vllm_engine`), with its random stream."""
     vllm = import_vllm()
-    with in_process_start() as stream:
+    with in_process_start(int(kwargs["seed"])) as stream:
         llm = vllm.LLM(**kwargs)
-    return llm, stream[0]
+    return llm, stream
 
 
 def _start_apart(

@@ -207,9 +207,10 @@ class EngineStream:
 
 
 @contextlib.contextmanager
-def in_process_start() -> Iterator[list[EngineStream]]:
+def in_process_start(seed: int) -> Iterator[EngineStream]:
     """Around the start of an engine in this process: its settings, then this process's state
-    put back (module docstring). Yields a list that holds the engine's stream afterwards."""
+    put back (module docstring). Yields the engine's stream: seeded with `seed` (vLLM's own
+    seeding is followed by the draws of its start, such as placeholder weights)."""
     import vllm.envs
 
     names = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND")
@@ -218,10 +219,8 @@ def in_process_start() -> Iterator[list[EngineStream]]:
     streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     os.environ.update({names[0]: "0", names[1]: "nobind"})
     vllm.envs.disable_envs_cache()
-    engine: list[EngineStream] = []
     try:
-        yield engine
-        engine.append(EngineStream(torch.get_rng_state()))
+        yield EngineStream(torch.Generator().manual_seed(seed).get_state())
     finally:
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)

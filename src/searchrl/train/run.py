@@ -258,6 +258,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     engine = make_backend(
         config.model, policy, tokenizer, config.rollout.max_total_tokens,
         seed=engine_seed(config.seed, dist.rank, dist.world_size),
+        overlapped=config.overlap.enabled,
     )  # fmt: skip
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)
