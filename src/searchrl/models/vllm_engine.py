@@ -21,7 +21,11 @@ start puts it back:
   is pinned once its OpenMP threads are bound): the function and the thread count are put
   back, the engine is started with `nobind` and runs on the threads this process chose;
 - it freezes the garbage collector's heap and caches vLLM's environment variables: both are
-  undone, so a later engine (tests, one per seed in a benchmark) reads its own settings.
+  undone, so a later engine (tests, one per seed in a benchmark) reads its own settings;
+- without Triton it swaps kernels by scanning every loaded module's attributes and their
+  `__dict__`, which fails on llvmlite's `ffi.lib` (loaded with bm25s's numba: its
+  `__getattr__` answers `__dict__` too, "'_lib_fn_wrapper' object has no attribute 'get'"):
+  module attributes holding such an object are set to None while the engine starts.
 Its process group (gloo, one rank) exists while it runs and is destroyed by `close`.
 """
 
@@ -34,7 +38,9 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,9 +225,14 @@ def in_process_start(seed: int) -> Iterator[EngineStream]:
     streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     os.environ.update({names[0]: "0", names[1]: "nobind"})
     vllm.envs.disable_envs_cache()
+    hidden = _unscannable_attributes()
+    for module, attr, _ in hidden:
+        setattr(module, attr, None)
     try:
         yield EngineStream(torch.Generator().manual_seed(seed).get_state())
     finally:
+        for module, attr, value in hidden:
+            setattr(module, attr, value)
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
         torch.set_rng_state(streams[0])
@@ -234,6 +245,34 @@ def in_process_start(seed: int) -> Iterator[EngineStream]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _unscannable_attributes() -> list[tuple[Any, str, Any]]:
+    """(module, name, value) of the module attributes whose `__dict__` is not a mapping
+    (module docstring)."""
+    found = []
+    with warnings.catch_warnings():  # reading a deprecated module attribute warns
+        warnings.simplefilter("ignore")
+        for module in list(sys.modules.values()):
+            found.extend(_unscannable_in(module))
+    return found
+
+
+def _unscannable_in(module: Any) -> list[tuple[Any, str, Any]]:
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return []
+    found = []
+    for attr, value in list(namespace.items()):
+        if isinstance(value, type) or not hasattr(value, "__dict__"):
+            continue
+        try:
+            inner = value.__dict__
+        except Exception:  # an attribute that fails to answer is as bad
+            inner = None
+        if not hasattr(inner, "get"):
+            found.append((module, attr, value))
+    return found
 
 
 def shut_down(llm: Any, in_process: bool) -> None:
