@@ -102,6 +102,9 @@ def vllm_session(tokenizer: PreTrainedTokenizerBase) -> Iterator[EngineUnderTest
 
     if not vllm_available():
         pytest.skip("vLLM is not installed")
+    from searchrl.retrieval.bm25_build import bm25s_module
+
+    bm25s_module()  # numba's llvmlite, loaded with it, broke an engine start in this process
     module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
     with torch.no_grad():  # sharper logits: greedy choices are rarely fp32 near-ties
         module.model.embed_tokens.weight.mul_(8.0)
