@@ -154,7 +154,9 @@ def next_token_draws(
     one-token requests of the same prompt (prefix-cached). HF: its own sampler
     (`sample_tokens`, one seeded generator per row, as a rollout seeds them) on the logits of
     its own forward pass over `context`, in its generation dtype: the HF backend's draw is a
-    function of those two alone, and `n` prefills of a long context would take hours."""
+    function of those two alone, and `n` prefills of a long context would take hours. vLLM
+    draws one first, so that the others find the context in its prefix cache (requests
+    scheduled together do not share blocks that are still being computed)."""
     from searchrl.models.generation import SamplingParams, sample_tokens
     from searchrl.models.hf_backend import HFBackend
 
@@ -170,7 +172,9 @@ def next_token_draws(
             tokens, _ = sample_tokens(row.expand(size, -1), params, generators)
             counts.update(tokens.tolist())
         return counts
-    for start in range(0, n, 2000):
+    one = [SamplingParams(max_new_tokens=1, temperature=temperature)]
+    counts.update(out.token_ids[0] for out in backend.generate([list(context)], one))  # type: ignore[attr-defined]
+    for start in range(1, n, 2000):  # the first draw put the context in the prefix cache
         size = min(2000, n - start)
         params = [SamplingParams(max_new_tokens=1, temperature=temperature)] * size
         outputs = backend.generate([list(context)] * size, params)  # type: ignore[attr-defined]
