@@ -29,6 +29,8 @@ VARIANTS = {
     "hf": ["model.backend=hf", "overlap.enabled=false"],
     "sync": ["model.backend=vllm", "overlap.enabled=false"],
     "overlap": ["model.backend=vllm", "overlap.enabled=true"],
+    # the engine in the trainer's process, generating in a thread while the trainer updates
+    "overlap-here": ["model.backend=vllm", "overlap.enabled=true", "model.vllm_process=same"],
 }
 
 
