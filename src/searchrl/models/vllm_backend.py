@@ -107,7 +107,7 @@ class VLLMBackend:
         """Seconds the engine took to start (imports of its processes, weights, KV cache)."""
         self.last_sync_s = 0.0
         """Seconds the last weight sync took (0 when the weights had not changed)."""
-        self.synced_version: tuple[tuple[int, int], ...] | None = None
+        self.synced_version: tuple[int, ...] | None = None
         """`weights_version` of the weights the engine holds (None: not synced from a module)."""
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -212,7 +212,7 @@ class VLLMBackend:
         loaded. Refused for an engine whose head is tied to the embedding of a `source` that
         ties them too: the reload would leave that head as it was (`models.vllm_weights`)."""
         version = weights_version(source) if version is None else version
-        if version == self.synced_version:
+        if version is not None and version == self.synced_version:
             self.last_sync_s = 0.0
             return False
         if ties_head(source) and not self.head_untied:

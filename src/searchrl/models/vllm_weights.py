@@ -38,16 +38,23 @@ Layout = list[tuple[str, str, list[int], int]]
 """(name, dtype name, shape, byte offset) of each tensor in a shared buffer."""
 
 
-def weights_version(module: Any) -> tuple[tuple[int, int], ...]:
-    """What changes whenever a parameter or buffer of `module` is written: each tensor's
-    identity and torch's in-place version counter (an optimizer step, `copy_`, `mul_` and
-    `load_state_dict` all bump it). Equal versions mean the engine already holds these
-    weights. Sharded (FSDP) tensors are read through their local shard."""
-    tensors = [*module.parameters(), *module.buffers()]
-    return tuple(
-        (id(t), getattr(t, "_local_tensor", t)._version)  # type: ignore[attr-defined]
-        for t in tensors
-    )
+_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def weights_version(module: Any) -> tuple[int, ...] | None:
+    """A fingerprint of `module`'s weights: per parameter and buffer, the sum of its bits read
+    as integers. Any write changes it (however it was made: torch's in-place version counter
+    misses the fused AdamW kernel the trainer uses, which leaves it unchanged), and reading
+    the weights once costs a fraction of a sync. None for sharded (FSDP) weights: a shard
+    that did not change on one rank must not keep that rank out of the collective gather,
+    so they are always synced."""
+    sums = []
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if hasattr(tensor, "_local_tensor"):
+            return None
+        flat = tensor.detach().reshape(-1)
+        sums.append(int(flat.view(_INTS[flat.element_size()]).sum(dtype=torch.int64)))
+    return tuple(sums)
 
 
 def untied_config(hf_config: Any) -> Any:

@@ -162,11 +162,12 @@ def make_rollout_fn(
 def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> None:
     """After each update the generation engine must see the new weights (a converted copy in
     the HF backend, the vLLM engine); LoRA policies are merged into a plain copy first. Only
-    when they changed since the engine last saw them (`weights_version`: an evaluation after
-    a step, or the next step's rollout after that evaluation, finds them unchanged).
+    when they changed since the engine last saw them (`weights_version`, a fingerprint of
+    their bits: an evaluation after a step, or the next rollout after it, finds them
+    unchanged).
     Generating with the policy module itself makes this a no-op."""
     version = weights_version(policy)
-    if getattr(backend, "synced_version", None) == version:
+    if version is not None and getattr(backend, "synced_version", None) == version:
         return
     backend.sync_weights(merged_for_export(policy), version=version)  # type: ignore[attr-defined]
 

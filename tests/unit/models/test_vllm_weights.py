@@ -171,15 +171,28 @@ def test_the_shared_buffer_holds_each_tensor_exactly(tmp_path: Path, model) -> N
         shared.write(state[1:])
 
 
-def test_weights_version_follows_every_in_place_write(model: torch.nn.Module) -> None:
+def test_weights_version_follows_every_write(model: torch.nn.Module) -> None:
+    """The fused AdamW kernel the trainer uses leaves torch's in-place version counter as it
+    was: an engine synced on that counter never saw an update. The fingerprint reads the
+    weights themselves."""
+    from searchrl.train.models import make_optimizer
+
     before = weights_version(model)
     assert weights_version(model) == before
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.weight[0, 0] += 1.0
     assert weights_version(model) != before
+    optimizer = make_optimizer(model, 1e-3, 0.0)
+    model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    versions = [p._version for p in model.parameters()]
     again = weights_version(model)
-    model.load_state_dict(model.state_dict())
+    optimizer.step()
     assert weights_version(model) != again
+    if optimizer.defaults.get("fused"):  # what the counter would have missed
+        assert [p._version for p in model.parameters()] == versions
+    now = weights_version(model)
+    model.load_state_dict(model.state_dict())  # the same values again
+    assert weights_version(model) == now
 
 
 def test_the_engine_s_stream_is_kept_apart_from_the_caller_s() -> None:

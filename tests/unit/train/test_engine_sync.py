@@ -11,6 +11,7 @@ from tests.unit.train.fakes import tiny_llama
 
 from searchrl.models.vllm_weights import weights_version
 from searchrl.train.environment import sync_generation_weights
+from searchrl.train.models import make_optimizer
 
 
 class Recording:
@@ -30,7 +31,7 @@ def test_weights_reach_the_engine_only_after_they_change() -> None:
     backend = Recording(policy)
     sync_generation_weights(backend, policy)  # step 0's evaluation: just started, nothing to do
     assert backend.syncs == 0
-    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    optimizer = make_optimizer(policy, 0.1, 0.0)  # fused AdamW: no version counter moves
     policy(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     optimizer.step()
     sync_generation_weights(backend, policy)  # the next rollout: new weights
