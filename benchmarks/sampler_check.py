@@ -70,6 +70,8 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
     position = sc.confident(scorer, sequences, tops, align=block)
     counts = sc.next_token_draws(policy.backend, position.context, args.draws, seed=seed)
     draws = sc.chi_square(counts, position.probs)
+    bins = sc.likely_tokens(position.probs, args.draws)
+    own = sc.chi_square_bins(counts, sc.engine_probs(policy.backend, position.context, list(bins)))
     backend = policy.backend
     dtype = getattr(backend, "dtype", None) or getattr(backend, "generation_dtype", None)
     close = getattr(backend, "close", None)
@@ -93,7 +95,11 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
         "chi2": draws.statistic,
         "dof": draws.dof,
         "chi2_p": draws.p_value,
+        "engine_top_prob": own.top_prob,
+        "engine_chi2": own.statistic,
+        "engine_chi2_p": own.p_value,
         "context_tokens": len(position.context),
+        "context": position.context,
         "rollout_s": rollout_s,
         "cpu": cpu_summary(),
     }
@@ -118,15 +124,19 @@ def table(results: list[Row], labels: list[tuple[str, int, str]]) -> str:
     """Per run, then per engine over its seeds; `labels` = (engine, seed, dtype) per run."""
     lines = [
         "| engine | seed | dtype | tokens | mean log p | −mean H | log p + H ± SE | z "
-        "| one-token draws: top share vs p (chi² p) | EM (rollouts) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|",
+        "| one-token draws: top share vs p (chi² p) | vs the engine's own p (chi² p) "
+        "| EM (rollouts) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for r, (engine, seed, dtype) in zip(results, labels, strict=True):
         draws = f"{r['top_share']:.4f} vs {r['top_prob']:.4f} ({r['chi2_p']:.2g})"
+        nan = float("nan")
+        own = f"{r.get('engine_top_prob', nan):.4f} ({r.get('engine_chi2_p', nan):.2g})"
         lines.append(
             f"| {engine} | {seed} | {dtype} | {int(r['tokens'])} | {r['mean_logprob']:.4f} "
             f"| {-r['mean_entropy']:.4f} | {r['gap']:+.4f} ± {r['se']:.4f} "
-            f"| {r['gap'] / r['se']:+.2f} | {draws} | {r['em']:.3f} ({int(r['trajectories'])}) |"
+            f"| {r['gap'] / r['se']:+.2f} | {draws} | {own} | {r['em']:.3f} "
+            f"({int(r['trajectories'])}) |"
         )
     lines += ["", "| engine | seeds | tokens | log p + H ± SE | z | EM (rollouts) |"]
     lines.append("|---|---|---:|---:|---:|---:|")

@@ -115,23 +115,37 @@ class ChiSquare:
     top_prob: float
 
 
+def likely_tokens(probs: torch.Tensor, n: int, min_expected: float = 5.0) -> dict[int, float]:
+    """The tokens expected at least `min_expected` times in `n` draws, with their
+    probabilities, likeliest first."""
+    order = torch.argsort(probs, descending=True)
+    bins: dict[int, float] = {}
+    for token in order.tolist():
+        if float(probs[token]) * n < min_expected:
+            break
+        bins[int(token)] = float(probs[token])
+    return bins
+
+
 def chi_square(draws: Counter[int], probs: torch.Tensor, min_expected: float = 5.0) -> ChiSquare:
-    """Pearson's chi-square of `draws` against `probs`: one bin per token expected at least
-    `min_expected` times, one bin for all the others."""
+    """Pearson's chi-square of `draws` against `probs` ([vocab]): one bin per token expected at
+    least `min_expected` times, one bin for all the others."""
+    n = sum(draws.values())
+    return chi_square_bins(draws, likely_tokens(probs, n, min_expected), min_expected)
+
+
+def chi_square_bins(
+    draws: Counter[int], bins: dict[int, float], min_expected: float = 5.0
+) -> ChiSquare:
+    """Pearson's chi-square of `draws` against the probabilities of the tokens in `bins` (the
+    first is taken as the top token), the remaining mass as one more bin."""
     from scipy.stats import chi2
 
     n = sum(draws.values())
-    order = torch.argsort(probs, descending=True)
-    bins, expected = [], []
-    for token in order.tolist():
-        e = float(probs[token]) * n
-        if e < min_expected:
-            break
-        bins.append(token)
-        expected.append(e)
     observed = [draws.get(t, 0) for t in bins]
+    expected = [p * n for p in bins.values()]
     rest_observed = n - sum(observed)
-    rest_expected = n - sum(expected)
+    rest_expected = max(n - sum(expected), 0.0)
     if rest_expected >= min_expected:
         observed.append(rest_observed)
         expected.append(rest_expected)
@@ -140,10 +154,28 @@ def chi_square(draws: Counter[int], probs: torch.Tensor, min_expected: float = 5
         expected[-1] += rest_expected
     statistic = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True))
     dof = max(len(observed) - 1, 1)
-    top = int(order[0])
+    top = next(iter(bins), -1)
     return ChiSquare(
-        statistic, dof, float(chi2.sf(statistic, dof)), n, draws.get(top, 0) / n, float(probs[top])
-    )
+        statistic, dof, float(chi2.sf(statistic, dof)), n, draws.get(top, 0) / max(n, 1),
+        bins.get(top, 0.0),
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def engine_probs(
+    backend: object, context: Sequence[int], tokens: Sequence[int]
+) -> dict[int, float]:
+    """The probabilities the engine itself gives `tokens` after `context`, at temperature 1
+    (vLLM: its own log-probs; HF: the softmax of its runner's logits, in its generation
+    dtype): what its sampler draws from, whatever the fp32 policy says."""
+    from searchrl.models.hf_backend import HFBackend
+
+    if isinstance(backend, HFBackend):
+        ids = torch.tensor([list(context)], device=backend.device)
+        probs = torch.softmax(backend._runner(input_ids=ids).logits[0, -1].float(), dim=-1)
+        return {t: float(probs[t]) for t in tokens}
+    (logprobs,) = backend.score([list(context)], [[[t] for t in tokens]])  # type: ignore[attr-defined]
+    return {t: math.exp(lp) for t, lp in zip(tokens, logprobs, strict=True)}
 
 
 @torch.no_grad()
