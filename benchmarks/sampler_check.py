@@ -64,10 +64,10 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
             ids.extend(segment.token_ids)
             sampled.extend([segment.role == "policy"] * len(segment.token_ids))
         sequences.append((ids, sampled))
-    logps, entropies, tops = sc.teacher_forced(scorer, sequences)
-    result = sc.gap(logps, entropies)
+    scores = sc.teacher_forced(scorer, sequences)
+    result, top = sc.gap(scores), sc.top_rate(scores)
     block = 32 if engine.startswith("vllm") else 1
-    position = sc.confident(scorer, sequences, tops, align=block)
+    position = sc.confident(scorer, sequences, scores, align=block)
     counts = sc.next_token_draws(policy.backend, position.context, args.draws, seed=seed)
     draws = sc.chi_square(counts, position.probs)
     bins = sc.likely_tokens(position.probs, args.draws)
@@ -88,7 +88,10 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
         "mean_entropy": result.mean_entropy,
         "gap": result.mean,
         "se": result.se,
-        "sum_d2": float(((logps + entropies).double() ** 2).sum()),
+        "sum_d2": float(((scores.logps + scores.entropies).double() ** 2).sum()),
+        "top_share_all": top.share,
+        "top_expected_all": top.expected,
+        "top_se_all": top.se,
         "draws": draws.draws,
         "top_prob": draws.top_prob,
         "top_share": draws.top_share,
@@ -124,18 +127,24 @@ def table(results: list[Row], labels: list[tuple[str, int, str]]) -> str:
     """Per run, then per engine over its seeds; `labels` = (engine, seed, dtype) per run."""
     lines = [
         "| engine | seed | dtype | tokens | mean log p | −mean H | log p + H ± SE | z "
-        "| one-token draws: top share vs p (chi² p) | vs the engine's own p (chi² p) "
-        "| EM (rollouts) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|",
+        "| top token sampled vs expected (z) | one-token draws: top share vs p (chi² p) "
+        "| vs the engine's own p (chi² p) | EM (rollouts) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---|---|---:|",
     ]
     for r, (engine, seed, dtype) in zip(results, labels, strict=True):
         draws = f"{r['top_share']:.4f} vs {r['top_prob']:.4f} ({r['chi2_p']:.2g})"
         nan = float("nan")
+        z = (r.get("top_share_all", nan) - r.get("top_expected_all", nan)) / r.get(
+            "top_se_all", nan
+        )
+        hits = (
+            f"{r.get('top_share_all', nan):.4f} vs {r.get('top_expected_all', nan):.4f} ({z:+.2f})"
+        )
         own = f"{r.get('engine_top_prob', nan):.4f} ({r.get('engine_chi2_p', nan):.2g})"
         lines.append(
             f"| {engine} | {seed} | {dtype} | {int(r['tokens'])} | {r['mean_logprob']:.4f} "
             f"| {-r['mean_entropy']:.4f} | {r['gap']:+.4f} ± {r['se']:.4f} "
-            f"| {r['gap'] / r['se']:+.2f} | {draws} | {own} | {r['em']:.3f} "
+            f"| {r['gap'] / r['se']:+.2f} | {hits} | {draws} | {own} | {r['em']:.3f} "
             f"({int(r['trajectories'])}) |"
         )
     lines += ["", "| engine | seeds | tokens | log p + H ± SE | z | EM (rollouts) |"]

@@ -51,51 +51,88 @@ class Position:
     probs: torch.Tensor
 
 
+@dataclass(frozen=True)
+class Scores:
+    """Per sampled token, under the fp32 policy: log p(y), the entropy H, the top token's
+    probability, whether y was the top token, and where it was (sequence, position)."""
+
+    logps: torch.Tensor
+    entropies: torch.Tensor
+    top_probs: torch.Tensor
+    top_hits: torch.Tensor
+    where: list[tuple[int, int]]
+
+
 @torch.no_grad()
 def teacher_forced(
     model: torch.nn.Module, sequences: Sequence[Scored], temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, float]]]:
-    """Per sampled token: log p(y) and H of softmax(logits / T) under `model` (one forward
-    per sequence), and (sequence, position, top probability) of each, for `confident`."""
-    logps, entropies, tops = [], [], []
+) -> Scores:
+    """Score every sampled token of `sequences` under softmax(logits / T) of `model` (one
+    forward pass per sequence)."""
+    logps, entropies, tops, hits, where = [], [], [], [], []
     for index, (ids, sampled) in enumerate(sequences):
         positions = [t for t in range(1, len(ids)) if sampled[t]]
         if not positions:
             continue
         logits = model(input_ids=torch.tensor([list(ids)])).logits[0].float()
         logprobs = torch.log_softmax(logits / temperature, dim=-1)  # [len, vocab]
-        at = torch.tensor(positions) - 1  # logits at t-1 predict token t
-        rows = logprobs[at]  # [n, vocab]
+        rows = logprobs[torch.tensor(positions) - 1]  # [n, vocab]: logits at t-1 predict t
         chosen = torch.tensor([ids[t] for t in positions])
         logps.append(rows.gather(1, chosen[:, None]).squeeze(1))
         entropies.append(-(rows.exp() * rows).sum(-1))
-        top = rows.max(-1).values.exp()
-        tops.extend((index, t, float(p)) for t, p in zip(positions, top, strict=True))
+        best = rows.max(-1)
+        tops.append(best.values.exp())
+        hits.append(best.indices == chosen)
+        where.extend((index, t) for t in positions)
     if not logps:
         raise ValueError("no sampled tokens to score")
-    return torch.cat(logps), torch.cat(entropies), tops
+    return Scores(torch.cat(logps), torch.cat(entropies), torch.cat(tops), torch.cat(hits), where)
 
 
-def gap(logps: torch.Tensor, entropies: torch.Tensor) -> Gap:
-    """The teacher-forced statistic (module docstring) from `teacher_forced`'s output."""
-    d = (logps + entropies).double()
+def gap(scores: Scores) -> Gap:
+    """The teacher-forced statistic (module docstring)."""
+    d = (scores.logps + scores.entropies).double()
     n = d.numel()
     se = float(d.std(unbiased=True)) / math.sqrt(n) if n > 1 else float("inf")
-    return Gap(float(d.mean()), se, n, float(logps.mean()), float(entropies.mean()))
+    return Gap(float(d.mean()), se, n, float(scores.logps.mean()), float(scores.entropies.mean()))
+
+
+@dataclass(frozen=True)
+class TopRate:
+    """How often the sampled token was the policy's top token, against how often it should
+    be (the mean top probability), with the standard error of their difference: a bounded
+    statistic, so rare tokens cannot dominate it as they can log p(y)."""
+
+    share: float
+    expected: float
+    se: float
+
+    @property
+    def z(self) -> float:
+        return (self.share - self.expected) / self.se if self.se > 0 else 0.0
+
+
+def top_rate(scores: Scores) -> TopRate:
+    """Each hit is a Bernoulli draw with its own p = the top probability there."""
+    p = scores.top_probs.double()
+    n = p.numel()
+    se = math.sqrt(float((p * (1 - p)).sum())) / n
+    return TopRate(float(scores.top_hits.double().mean()), float(p.mean()), se)
 
 
 @torch.no_grad()
 def confident(
     model: torch.nn.Module,
     sequences: Sequence[Scored],
-    tops: Sequence[tuple[int, int, float]],
+    scores: Scores,
     target: float = 0.9,
     align: int = 1,
 ) -> Position:
     """The sampled position whose top probability is closest to `target`; `align` > 1 keeps
     positions whose context length is 1 past a multiple of it (a vLLM engine then reuses all
     but the last context token of every draw from its prefix cache)."""
-    usable = [t for t in tops if (t[1] - 1) % align == 0] or list(tops)
+    tops = [(i, t, float(p)) for (i, t), p in zip(scores.where, scores.top_probs, strict=True)]
+    usable = [t for t in tops if (t[1] - 1) % align == 0] or tops
     index, position, _ = min(usable, key=lambda t: abs(t[2] - target))
     context = list(sequences[index][0][:position])
     logits = model(input_ids=torch.tensor([context])).logits[0, -1].float()

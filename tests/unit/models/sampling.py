@@ -16,11 +16,13 @@ from searchrl.models.generation import SamplingParams
 from searchrl.models.sampler_check import (
     ChiSquare,
     Gap,
+    TopRate,
     chi_square,
     confident,
     gap,
     next_token_draws,
     teacher_forced,
+    top_rate,
 )
 
 VOCAB, ROWS, LENGTH, DRAWS = 1024, 48, 224, 20_000
@@ -30,6 +32,7 @@ VOCAB, ROWS, LENGTH, DRAWS = 1024, 48, 224, 20_000
 @dataclass(frozen=True)
 class Checked:
     gap: Gap
+    top: TopRate
     draws: ChiSquare
 
 
@@ -67,15 +70,16 @@ def check(
         ([*p, *o.token_ids], [False] * len(p) + [True] * len(o.token_ids))
         for p, o in zip(rows, outputs, strict=True)
     ]
-    logps, entropies, tops = teacher_forced(model, sequences)
-    position = confident(model, sequences, tops, align=align)
+    scores = teacher_forced(model, sequences)
+    position = confident(model, sequences, scores, align=align)
     counts = next_token_draws(backend, position.context, DRAWS, temperature)
-    return Checked(gap(logps, entropies), chi_square(counts, position.probs))
+    return Checked(gap(scores), top_rate(scores), chi_square(counts, position.probs))
 
 
 def assert_exact(result: Checked) -> None:
     """What an exact sampler passes (and a biased one fails: see the tests)."""
     assert result.gap.tokens >= 10_000
     assert abs(result.gap.z) < 4, result.gap
+    assert abs(result.top.z) < 4, result.top
     assert result.draws.draws >= DRAWS and 0.8 < result.draws.top_prob < 0.97, result.draws
     assert result.draws.p_value > 1e-3, result.draws

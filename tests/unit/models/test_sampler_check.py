@@ -20,7 +20,7 @@ def test_the_hf_sampler_draws_from_the_policy_and_a_biased_one_is_caught(
     backend = HFBackend(model, tokenizer, max_batch_size=64)
     assert_exact(check(backend, model))
     biased = check(backend, model, temperature=0.9)
-    assert biased.gap.z > 4 and biased.draws.p_value < 1e-3, biased
+    assert biased.gap.z > 4 and biased.top.z > 4 and biased.draws.p_value < 1e-3, biased
 
 
 def test_chi_square_pools_the_rare_tokens() -> None:

@@ -36,4 +36,4 @@ def test_vllm_samples_from_the_policy_and_a_biased_sampler_is_caught(
     engine, model = small
     assert_exact(check(engine, model, align=32))  # type: ignore[arg-type]
     biased = check(engine, model, temperature=0.9, align=32)  # type: ignore[arg-type]
-    assert biased.gap.z > 4 and biased.draws.p_value < 1e-3, biased
+    assert biased.gap.z > 4 and biased.top.z > 4 and biased.draws.p_value < 1e-3, biased
