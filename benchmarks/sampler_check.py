@@ -72,6 +72,7 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
     draws = sc.chi_square(counts, position.probs)
     bins = sc.likely_tokens(position.probs, args.draws)
     own = sc.chi_square_bins(counts, sc.engine_probs(policy.backend, position.context, list(bins)))
+    shift = batch_shift(policy.backend, position.context, list(bins), sequences)
     backend = policy.backend
     dtype = getattr(backend, "dtype", None) or getattr(backend, "generation_dtype", None)
     close = getattr(backend, "close", None)
@@ -101,11 +102,26 @@ def run_one(args: argparse.Namespace, engine: str, seed: int) -> dict[str, objec
         "engine_top_prob": own.top_prob,
         "engine_chi2": own.statistic,
         "engine_chi2_p": own.p_value,
+        "batch_shift": shift,
         "context_tokens": len(position.context),
         "context": position.context,
         "rollout_s": rollout_s,
         "cpu": cpu_summary(),
     }
+
+
+def batch_shift(backend: object, context: list[int], tokens: list[int], sequences: list) -> float:
+    """vLLM: the largest change of the engine's log-probs of `tokens` after `context` when the
+    same request runs next to 63 others (prefixes of other rollouts) instead of alone (nan for
+    HF): batch-shape dependent kernels make a bf16 engine's distribution move with its batch."""
+    if not hasattr(backend, "score"):
+        return float("nan")
+    wanted = [[[t] for t in tokens]]
+    (alone,) = backend.score([context], wanted)
+    backend.clear_cache()  # type: ignore[attr-defined]
+    others = [list(ids[: len(ids) // 2]) for ids, _ in sequences[:63]]
+    together = backend.score([context, *others], wanted + [[[tokens[0]]]] * len(others))[0]
+    return max(abs(a - b) for a, b in zip(alone, together, strict=True))
 
 
 Row = dict[str, float]
