@@ -34,6 +34,11 @@ ENGINES = {
     "vllm-b32": {"backend": "vllm", "vllm_block_size": 32},
     "vllm-compiled": {"backend": "vllm", "vllm_enforce_eager": False},
     "vllm-compiled-cold": {"backend": "vllm", "vllm_enforce_eager": False},  # empty compile cache
+    "vllm-separate-compiled": {
+        "backend": "vllm",
+        "vllm_process": "separate",
+        "vllm_enforce_eager": False,
+    },
     "vllm-compiled-b32": {"backend": "vllm", "vllm_enforce_eager": False, "vllm_block_size": 32},
 }
 
