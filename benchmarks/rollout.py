@@ -3,8 +3,8 @@
 Part 1, engines: the same Search-R1 prompts (world questions), greedy, `--new` tokens a row, at
 batch 1, 4, 16 and 32, for each engine: the HF backend as it is (fp32), its bf16 generation
 copy (only where the CPU has native bf16: detected at run time, otherwise skipped because
-emulated bf16 is tens of times slower), `torch.compile` of the HF model (`--compile`),
-CTranslate2 int8 and float32. "decode steps/s" counts the steps of the longest row; the wall
+emulated bf16 is tens of times slower), `torch.compile` of the HF model (`--compile`), and
+vLLM in fp32 where it is installed. "decode steps/s" counts the steps of the longest row; the wall
 time includes prefill. Weight sync: seconds to push the trainer's module into each engine.
 
 Part 2, rollouts with each engine of `--rollout-engines`:
@@ -35,11 +35,11 @@ from searchrl.config.data import world_preset
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.world import generate_world
-from searchrl.models.ct2_backend import CT2Backend
 from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.loading import Policy, load_model
 from searchrl.models.precision import cpu_has_fast_bf16
+from searchrl.models.vllm_backend import VLLMBackend, vllm_available
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.rollout.loop import run_rollouts
@@ -145,9 +145,11 @@ def engines(model, tokenizer, compile_hf: bool) -> dict[str, Callable[[], Genera
     """Name → constructor of every engine this machine can run, built on the same module."""
     table: dict[str, Callable[[], GenerationBackend]] = {
         "hf fp32": lambda: HFBackend(model, tokenizer, max_batch_size=32),
-        "ct2 int8": lambda: CT2Backend(model, tokenizer, compute_type="int8"),
-        "ct2 float32": lambda: CT2Backend(model, tokenizer, compute_type="float32"),
     }
+    if vllm_available():
+        table["vllm fp32"] = lambda: VLLMBackend.from_module(
+            model, tokenizer, ModelConfig(), dtype="float32", max_model_len=4096
+        )
     if cpu_has_fast_bf16():
         table["hf bf16 copy"] = lambda: HFBackend(
             model, tokenizer, max_batch_size=32, generation_dtype=torch.bfloat16
@@ -191,6 +193,8 @@ def sync_table(backends: dict[str, GenerationBackend], model) -> None:
     for name, backend in backends.items():
         times = []
         for _ in range(3):
+            with torch.no_grad():  # a changed weight: an unchanged model is not synced again
+                next(model.parameters()).add_(0.0)
             started = time.perf_counter()
             backend.sync_weights(model)  # type: ignore[attr-defined]
             times.append(time.perf_counter() - started)
@@ -230,7 +234,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--compile", action="store_true", help="also torch.compile the HF model")
     parser.add_argument("--skip-engines", action="store_true")
-    parser.add_argument("--rollout-engines", default="hf fp32,ct2 int8")
+    parser.add_argument("--rollout-engines", default="hf fp32,vllm fp32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -247,7 +251,7 @@ def main() -> None:
     built = {name: make() for name, make in engines(model, tokenizer, args.compile).items()}
     if not args.skip_engines:
         engine_table(built, prompts, args.new)
-        sync_table({k: v for k, v in built.items() if k.startswith("ct2")}, model)
+        sync_table({k: v for k, v in built.items() if k.startswith("vllm")}, model)
     config = RolloutConfig(max_turns=args.turns, max_response_tokens=args.length)
     for name in args.rollout_engines.split(","):
         print(f"\nrollouts with {name}: {args.questions} questions, {args.length} tokens a turn")

@@ -27,12 +27,18 @@ from pathlib import Path
 
 ENGINES = {
     "hf": {"backend": "hf"},
-    "ct2": {"backend": "ct2"},
     "vllm": {"backend": "vllm"},
+    "vllm-separate": {"backend": "vllm", "vllm_process": "separate"},  # vLLM's own processes
     "vllm-reserve": {"backend": "vllm", "vllm_threads_bind": "auto"},  # one core kept free
     "vllm-all": {"backend": "vllm", "vllm_threads_bind": "all"},  # the worker on every core
     "vllm-b32": {"backend": "vllm", "vllm_block_size": 32},
     "vllm-compiled": {"backend": "vllm", "vllm_enforce_eager": False},
+    "vllm-compiled-cold": {"backend": "vllm", "vllm_enforce_eager": False},  # empty compile cache
+    "vllm-separate-compiled": {
+        "backend": "vllm",
+        "vllm_process": "separate",
+        "vllm_enforce_eager": False,
+    },
     "vllm-compiled-b32": {"backend": "vllm", "vllm_enforce_eager": False, "vllm_block_size": 32},
 }
 
@@ -65,6 +71,11 @@ def run_one(args: argparse.Namespace, engine: str, started: float) -> dict[str, 
     from searchrl.rollout.loop import run_rollouts
 
     torch.set_num_threads(args.threads)
+    if engine.endswith("-cold"):  # vLLM's compile cache starts empty (it lives under this root)
+        import os
+        import tempfile
+
+        os.environ["VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="vllm-cache-")
     setup_wall, setup_cpu = time.perf_counter(), cpu_seconds()
     world = Path(args.world)
     questions = load_flashrag_jsonl(world / f"{args.split}.jsonl", "world")[: args.questions]

@@ -28,12 +28,12 @@ def shared_data() -> Path:
 
 @pytest.fixture(autouse=True)
 def hf_engine_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`model.backend=auto` means vLLM where it is installed and bf16 is fast; in-process tests
-    keep the HF engine they were written for (a vLLM start costs ~30 CPU-seconds each), and
-    the engine tests ask for `backend="vllm"` explicitly."""
-    from searchrl.models import vllm_backend
+    """`model.backend=auto` means vLLM where it is installed; in-process tests keep the HF
+    engine they were written for (a vLLM start costs ~10 s each), and the engine tests ask for
+    `backend="vllm"` explicitly."""
+    from searchrl.models import vllm_engine
 
-    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: False)
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: False)
 
 
 @pytest.fixture(scope="module")

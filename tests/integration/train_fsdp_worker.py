@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import torch
-from tests.unit.train.fakes import VOCAB, questions, scripted_rollout, tiny_config, tiny_llama
+from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
 
-from searchrl.models.ct2_backend import build_spec
+from searchrl.models.vllm_weights import engine_state
 from searchrl.reward.outcome import em_reward
 from searchrl.train import checkpoint as ckpt
 from searchrl.train.fsdp import full_tensor
@@ -48,8 +48,8 @@ def main(out: Path) -> None:
     first_prompts = list(seen)
     after_one = whole(trainer)
     # the generation engine's sync gathers the shards (every rank calls it, as in a rollout)
-    spec = build_spec(trainer.policy, [f"t{i}" for i in range(VOCAB)], "float32")
-    synced = spec.decoder.embeddings.weight.tensor.clone()
+    state = dict(engine_state(trainer.policy, torch.float32))
+    synced = state["model.embed_tokens.weight"].clone()
     trainer.save(out / "checkpoints")
     trainer.step()
     after_two = whole(trainer)

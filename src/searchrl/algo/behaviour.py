@@ -1,6 +1,6 @@
 """Correcting for a generation engine that samples at another precision than the trainer.
 
-The engine (CTranslate2 int8, a bf16 copy, vLLM in bf16) samples from μ, a slightly different
+The engine (a bf16 copy, vLLM in bf16, or vLLM's fp32 kernels) samples from μ, a slightly different
 distribution than the trainer's π_old computed in fp32. Treating the samples as on-policy
 biases the gradient. Truncated importance sampling (Yao et al. 2025, "Your efficient RL
 framework secretly brings you off-policy RL training") reweights each token's policy-gradient

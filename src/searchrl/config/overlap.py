@@ -17,7 +17,7 @@ class OverlapConfig:
 
     enabled: bool = False
     """Roll out ahead in a background thread. Needs an engine with its own copy of the
-    weights (vllm, ct2, or hf with a generation copy)."""
+    weights (vllm, or hf with a generation copy)."""
     max_staleness: PositiveInt = 1
     """Most optimizer updates between the weights a trajectory was sampled with and the
     policy it trains (= how many steps are rolled out ahead). 1 is exact with dynamic

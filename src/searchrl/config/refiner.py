@@ -121,7 +121,7 @@ class RefinerConfig:
     weights are the policy's, synced before every rollout) rather than with the trainer's
     module: the engine batches the meta prompts and serves a candidate's end-of-turn from the
     prompt's cached KV blocks. Prompts longer than the engine's context, and engines that
-    cannot score (HF, CTranslate2), are read by the module. On 2 cores (vLLM, 32-token
+    cannot score (HF), are read by the module. On 2 cores (vLLM, 32-token
     blocks) a step's reading took 3.7–3.9 s against 7.8–8.9 s by the module in bf16, and the
     log-odds moved 0.07–0.08 nats on average (docs/search_r2.md)."""
 

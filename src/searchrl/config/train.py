@@ -56,7 +56,7 @@ class PolicyConfig:
     """Several processes (`accelerate launch`): `ddp` keeps a full copy of the model and its
     optimizer on every rank; `fsdp` shards them (torch FSDP2, one unit per decoder layer),
     which is what a 7B model needs. Needs a generation engine with its own copy of the
-    weights (ct2 on CPU, vllm on GPU): the HF backend would run the sharded module."""
+    weights (vllm): the HF backend would run the sharded module."""
     fsdp_cpu_offload: bool = False
     """FSDP: keep the sharded parameters, gradients and optimizer states in CPU memory
     (the paper's 7B setting on 8 GPUs); slower steps, much less GPU memory."""
@@ -168,8 +168,8 @@ class AlgoConfig:
     (rollout.max_turns + 1) · rollout.max_response_tokens."""
     behaviour_correction: Literal["auto", "tis", "off"] = "auto"
     """Truncated importance sampling against the generation engine's log-probs: `auto` = on
-    when the engine samples at another precision than the fp32 trainer (CTranslate2 int8, a
-    bf16 generation copy, vLLM); the old log-probs are then always recomputed."""
+    when the engine samples at another precision than the fp32 trainer (a bf16 generation
+    copy, vLLM); the old log-probs are then always recomputed."""
     tis_cap: PositiveFloat = 2.0
     """C in the per-token weight min(π_old/μ, C) (Yao et al. 2025 use 2)."""
 

@@ -13,9 +13,9 @@ validation loader dropped the last partial batch).
 
 A folder holds one configuration. `run.json` records what decides the rows: the method, the
 model (a local path made absolute), the generation engine `model.backend=auto` resolved to on
-this machine (HF with a bf16 copy, HF in fp32 or CTranslate2 int8 give different greedy
-answers), and the search engine (an index's path, kind, corpus fingerprint and parameters, or a
-server's URL). A rerun with anything else ends in one error before the folder is touched.
+this machine (HF with a bf16 copy, HF in fp32 or vLLM give different greedy answers), and the
+search engine (an index's path, kind, corpus fingerprint and parameters, or a server's URL).
+A rerun with anything else ends in one error before the folder is touched.
 """
 
 from __future__ import annotations
@@ -87,12 +87,10 @@ def engine_identity(model: ModelConfig) -> dict[str, str]:
     measures bf16 faster (`models.precision`) and with the weights as they are elsewhere, so
     the same command can resolve differently on two machines."""
     backend = resolve_backend(model)
-    if backend == "ct2":
-        return {"backend": "ct2", "compute_type": model.ct2_compute_type}
     device = resolve_device(model.device)
     weights = resolve_dtype(model.dtype, device)
     if backend == "vllm":  # the dtype it computes in, not the weights' on disk
-        from searchrl.models.vllm_backend import engine_dtype
+        from searchrl.models.vllm_engine import engine_dtype
 
         return {"backend": "vllm", "dtype": engine_dtype(model, device)}
     if model.generation_dtype != "auto":
@@ -135,7 +133,8 @@ def _run_record(config: EvalConfig, retriever: dict[str, Any] | None = None) -> 
 
 
 LOADED_ENGINE = "loaded_engine"
-"""run.json key: the backend class actually built (CTranslate2 can fall back to HF)."""
+"""run.json key: the backend class actually built (an `auto` vLLM that does not start falls
+back to HF)."""
 
 
 def _describe(value: Any) -> str:
@@ -171,8 +170,8 @@ def check_run(out: Path, record: dict[str, Any]) -> bool:
 
 
 def _settle_engine(out: Path, record: dict[str, Any], backend: Any) -> None:
-    """After loading: refuse a folder made by another engine class (a CTranslate2 fallback on
-    one machine, not on another), else write `run.json` with the class it used."""
+    """After loading: refuse a folder made by another engine class (an `auto` engine that fell
+    back to HF on one machine, not on another), else write `run.json` with the class it used."""
     loaded = type(backend).__name__
     path = out / "run.json"
     old = json.loads(path.read_text()) if path.is_file() else {}

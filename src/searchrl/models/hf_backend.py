@@ -18,6 +18,7 @@ import copy
 import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -31,7 +32,13 @@ from searchrl.models.generation import (
     eos_token_ids,
     sample_tokens,
 )
-from searchrl.models.kv_prefix import PrefixEntry, PrefixStore, build_batch, extract
+from searchrl.models.kv_prefix import (
+    PrefixEntry,
+    PrefixStore,
+    build_batch,
+    drop_padding,
+    extract,
+)
 
 
 class HFBackend:
@@ -63,6 +70,8 @@ class HFBackend:
         if converted:  # our own copy; the caller's module keeps its train/eval mode
             self._runner.eval()
         self._prefixes.clear()
+        self.synced_version: Any = None
+        """Which weights the generation copy holds (`sync_weights`); None: not recorded."""
         self._eos_ids = eos_token_ids(self.tokenizer, model)
         self._pad_id = self._pick_pad_id()
         # transformers 5 renamed `past_key_values` to `cache`; older releases only know the former.
@@ -75,11 +84,13 @@ class HFBackend:
         module may be updated while this backend generates."""
         return self._runner is not self.model
 
-    def sync_weights(self, source: torch.nn.Module | None = None) -> None:
+    def sync_weights(self, source: torch.nn.Module | None = None, version: Any = None) -> None:
         """Copy the weights of `source` (default: the model given to `set_model`) into the
-        generation copy; a no-op when generating with the model itself."""
+        generation copy; a no-op when generating with the model itself. `version` (see
+        `models.vllm_weights.weights_version`) records which weights the copy holds."""
         source = self.model if source is None else source
         self._prefixes.clear()
+        self.synced_version = version
         if self._runner is source:
             return
         with torch.no_grad():
@@ -132,11 +143,14 @@ class HFBackend:
     def _forward(
         self, step_ids: torch.Tensor, attention: torch.Tensor, cache: DynamicCache
     ) -> torch.Tensor:
-        """Logits of the next token ([rows, vocab]) after feeding `step_ids` ([rows, new])."""
+        """Logits of the next token ([rows, vocab]) after feeding `step_ids` ([rows, new]).
+        Without padding the mask is left out: attention then runs without one, and with
+        grouped keys and values as they are (a mask makes transformers repeat them per query
+        head first)."""
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         return self._runner(
             input_ids=step_ids,
-            attention_mask=attention,
+            attention_mask=None if bool(attention.all()) else attention,
             position_ids=positions,
             **{self._cache_kwarg: cache},
             use_cache=True,
@@ -171,6 +185,7 @@ class HFBackend:
                 index = torch.tensor(keep, dtype=torch.long, device=attention.device)
                 cache.batch_select_indices(index)
                 attention, next_ids = attention[index], next_ids[index]
+                attention = drop_padding(cache, attention)
             active = [active[j] for j in keep]
             step_ids = next_ids[:, None]
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,69 @@ def build_batch(
             step_ids[i, width_n - len(new) :] = torch.tensor(new)
             attention[i, width_c + width_n - len(new) :] = 1
         attention[i, width_c - c : width_c] = 1
-    cache = DynamicCache()
+    cache = growing_cache()
     present = [p for p in prefixes if p is not None]
     if present:
-        cache = DynamicCache(ddp_cache_data=_stack(prefixes, present[0], width_c, device))
+        for keys, values in _stack(prefixes, present[0], width_c, device):
+            layer = GrowingLayer()
+            layer.update(keys, values)
+            cache.layers.append(layer)
     return step_ids.to(device), attention.to(device), cache
+
+
+class GrowingLayer(DynamicLayer):
+    """A cache layer whose keys and values live in buffers with room to grow (doubling), so
+    that a decode step writes its one new column instead of copying the whole cache, as
+    transformers' `torch.cat` does: at 2,500 tokens of context that copy was 40 % of a lone
+    row's decode step (115 MB a step for the 135M model). `keys`/`values` are views of the
+    filled part; code that replaces them (selecting rows, dropping padding) makes the next
+    update start a new buffer from what it left."""
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        have = self.get_seq_length()
+        new = key_states.shape[-2]
+        if not self._owns_views() or have + new > self._buffers[0].shape[-2]:  # type: ignore[index]
+            self._regrow(key_states, value_states, have + new)
+        keys_buffer, values_buffer = self._buffers  # type: ignore[misc]
+        keys_buffer[:, :, have : have + new] = key_states
+        values_buffer[:, :, have : have + new] = value_states
+        self.keys = keys_buffer[:, :, : have + new]
+        self.values = values_buffer[:, :, : have + new]
+        return self.keys, self.values
+
+    def _owns_views(self) -> bool:
+        """Whether `keys` is still the filled part of this layer's own buffer."""
+        buffers = self._buffers
+        return (
+            buffers is not None
+            and self.keys.data_ptr() == buffers[0].data_ptr()
+            and self.keys.shape[0] == buffers[0].shape[0]
+        )
+
+    def _regrow(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
+        """New buffers of at least twice the filled length, holding what is cached now."""
+        have = self.get_seq_length()
+        capacity = max(2 * needed, 64)
+        rows, heads = key_states.shape[:2]
+        fresh = []
+        for old, like in ((self.keys, key_states), (self.values, value_states)):
+            buffer = like.new_empty((rows, heads, capacity, like.shape[-1]))
+            if have:
+                buffer[:, :, :have] = old
+            fresh.append(buffer)
+        self._buffers = (fresh[0], fresh[1])
+
+
+def growing_cache() -> DynamicCache:
+    """An empty cache that makes `GrowingLayer`s, one per model layer as it is first used."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowingLayer
+    return cache
 
 
 def _stack(
@@ -114,3 +173,17 @@ def extract(
     if keys and keys[0].shape[1] != len(tokens):
         raise RuntimeError(f"cache holds {keys[0].shape[1]} positions for {len(tokens)} tokens")
     return PrefixEntry(tuple(tokens), keys, values)
+
+
+def drop_padding(cache: DynamicCache, attention: torch.Tensor) -> torch.Tensor:
+    """Remove the cache columns that are padding in every remaining row (a long row left
+    alone keeps the padding it had next to longer prompts, and every later step attended
+    over it with a mask); returns the attention mask without them. A row left alone then
+    has no padding at all, and decodes without a mask (`HFBackend._forward`)."""
+    used = attention.bool().any(dim=0)  # [columns]
+    if bool(used.all()):
+        return attention
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, used]
+        layer.values = layer.values[:, :, used]
+    return attention[:, used]

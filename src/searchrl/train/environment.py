@@ -24,10 +24,12 @@ from searchrl.data.world.solver import write_references
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import (
     generation_backend,
+    head_size,
     load_model,
-    resolve_backend,
     seeded_engine,
+    start_engine,
 )
+from searchrl.models.vllm_weights import weights_version
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
@@ -173,26 +175,38 @@ def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, ob
 
 
 def make_backend(
-    model: ModelConfig, policy: nn.Module, tokenizer: object, max_len: int, *, seed: int = 0
+    model: ModelConfig,
+    policy: nn.Module,
+    tokenizer: object,
+    max_len: int,
+    *,
+    seed: int = 0,
+    overlapped: bool = False,
 ) -> GenerationBackend:
-    """The generation engine for rollouts: HF with a bf16 copy, CTranslate2 or vLLM (CPU or
-    GPU), as `resolve_backend` picks, started on the current policy weights, then re-synced
-    after every update by `sync_generation_weights`. `seed` is the run's; only vLLM takes it
-    here, whose one stream starts from it (`seeded_engine`): HF and CTranslate2 rows are
-    seeded per call by the rollout's seed."""
-    if resolve_backend(model) == "vllm":
+    """The generation engine for rollouts: vLLM (CPU or GPU) when `model` asks for it and
+    `auto` finds that it starts on this policy (`start_engine`: the head size read from the
+    policy being trained), else the HF backend; started on the current policy weights, then
+    re-synced after every update by `sync_generation_weights`. `seed` is the run's; only
+    vLLM takes it here, whose one stream starts from it (`seeded_engine`): HF rows are seeded
+    per call by the rollout's seed. `overlapped`: the engine will generate while this process
+    trains (`train.overlap`), so it runs in processes of its own."""
+    module = merged_for_export(policy)
+
+    def start() -> GenerationBackend:
         from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
 
-        model = seeded_engine(model, seed)
+        engine = seeded_engine(model, seed)
         device = next(policy.parameters()).device
         return VLLMBackend.from_module(
-            merged_for_export(policy),
-            tokenizer,
-            model,
-            dtype=engine_dtype(model, device),
-            max_model_len=max_len,
-        )
-    return generation_backend(model, merged_for_export(policy), tokenizer)  # type: ignore[arg-type]
+            module, tokenizer, engine, dtype=engine_dtype(engine, device),
+            max_model_len=max_len, overlapped=overlapped,
+        )  # fmt: skip
+
+    backend = start_engine(model, head_size(module.config), start)  # type: ignore[arg-type]
+    if backend is None:
+        backend = generation_backend(model, module, tokenizer)  # type: ignore[arg-type]
+    backend.synced_version = weights_version(policy)  # type: ignore[attr-defined]
+    return backend
 
 
 def make_rollout_fn(
@@ -222,9 +236,15 @@ def make_rollout_fn(
 
 def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> None:
     """After each update the generation engine must see the new weights (a converted copy in
-    the HF backend, the vLLM engine on GPU); LoRA policies are merged into a plain copy first.
+    the HF backend, the vLLM engine); LoRA policies are merged into a plain copy first. Only
+    when they changed since the engine last saw them (`weights_version`, a fingerprint of
+    their bits: an evaluation after a step, or the next rollout after it, finds them
+    unchanged).
     Generating with the policy module itself makes this a no-op."""
-    backend.sync_weights(merged_for_export(policy))  # type: ignore[attr-defined]
+    version = weights_version(policy)
+    if version is not None and getattr(backend, "synced_version", None) == version:
+        return
+    backend.sync_weights(merged_for_export(policy), version=version)  # type: ignore[attr-defined]
 
 
 def export_model(

@@ -266,7 +266,7 @@ def check_overlap(config: TrainConfig, backend: GenerationBackend) -> None:
     if not getattr(backend, "owns_weights", True):
         raise ConfigError(
             "overlap.enabled: the HF backend generates with the policy module itself here; "
-            "use model.backend=vllm or ct2, or a generation copy (model.generation_dtype)"
+            "use model.backend=vllm, or a generation copy (model.generation_dtype)"
         )
     if config.refiner.enabled and config.overlap.max_staleness > 1:
         raise ConfigError("overlap.max_staleness: the Meta-Refiner supports 1 only")

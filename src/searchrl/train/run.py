@@ -226,8 +226,9 @@ def build_reward(
 
 
 def engine_metrics(engine: object, overlapped: OverlappedRollout | None) -> dict[str, float]:
-    """Seconds the last weight sync took (engines that time it: vLLM, CTranslate2) and,
-    with overlap, the staleness of the step's rollouts and the trainer's wait for them."""
+    """Seconds the last weight sync took (engines that time it: vLLM; 0 when the weights had
+    not changed) and, with overlap, the staleness of the step's rollouts and the trainer's
+    wait for them."""
     if overlapped is not None:
         return overlapped.metrics()
     seconds = getattr(engine, "last_sync_s", None)
@@ -259,6 +260,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     engine = make_backend(
         config.model, policy, tokenizer, config.rollout.max_total_tokens,
         seed=engine_seed(config.seed, dist.rank, dist.world_size),
+        overlapped=config.overlap.enabled,
     )  # fmt: skip
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)

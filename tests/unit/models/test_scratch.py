@@ -84,8 +84,11 @@ def test_folders_it_cannot_judge_are_kept(tmp_path: Path) -> None:
 def test_an_engine_that_fails_to_start_leaves_no_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: torch.nn.Module, tokenizer: object
 ) -> None:
-    """`from_module` writes the weights before vLLM starts; an engine that failed to start left
-    them in RAM for good (its `close`, which removes them, never existed)."""
+    """An engine in processes of its own gets its RAM buffer for the weights before vLLM
+    starts; one that failed to start left its copy in RAM for good (its `close`, which
+    removes it, never existed)."""
+    from searchrl.models import vllm_backend, vllm_engine
+
     made: list[Path] = []
 
     def scratch_here(prefix: str) -> Path:
@@ -93,11 +96,15 @@ def test_an_engine_that_fails_to_start_leaves_no_copy(
         return made[-1]
 
     def fail(*_args: object, **_kwargs: object) -> VLLMBackend:
-        assert (made[-1] / "model.safetensors").stat().st_size > 0
+        assert made[-1].is_dir()
         raise RuntimeError("engine core initialization failed")
 
-    monkeypatch.setattr("searchrl.models.vllm_backend.scratch_dir", scratch_here)
-    monkeypatch.setattr(VLLMBackend, "create", classmethod(fail))
+    monkeypatch.setattr(vllm_backend, "scratch_dir", scratch_here)
+    monkeypatch.setattr(vllm_backend, "_start_apart", fail)
+    monkeypatch.setattr(vllm_backend, "import_vllm", lambda: None)
+    monkeypatch.setattr(vllm_backend, "on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_cache_root", lambda: tmp_path / "cache")
+    config = ModelConfig(vllm_process="separate")
     with pytest.raises(RuntimeError, match="initialization failed"):
-        VLLMBackend.from_module(tiny, tokenizer, ModelConfig(), dtype="float32", max_model_len=64)
+        VLLMBackend.from_module(tiny, tokenizer, config, dtype="float32", max_model_len=64)
     assert len(made) == 1 and not made[0].exists()

@@ -66,16 +66,34 @@ def _kill_and_wait(owner: subprocess.Popen[str], pids: Iterable[int], folders: l
 
 SIGKILLED_ENGINE_OWNER = """
 import os, sys, time
+import torch
 from transformers import AutoTokenizer
 from searchrl.config.model import ModelConfig
+from searchrl.models.generation import SamplingParams
 from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend
 from searchrl.utils.reaper import descendants
 
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32,
+                     vllm_process="separate")
 module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
 backend = VLLMBackend.from_module(module, tokenizer, config, dtype="float32", max_model_len=256)
+prompt = tokenizer.encode("The capital of France is", add_special_tokens=False)
+candidates = [[[t] for t in range(0, 49152, 768)]]
+
+def follows() -> bool:  # the engine's log-probs are the module's (the shared-buffer sync)
+    with torch.no_grad():
+        want = torch.log_softmax(module(torch.tensor([prompt])).logits[0, -1], -1)
+    got = torch.tensor(backend.score([prompt], candidates)[0])
+    return torch.allclose(got, want[[c[0] for c in candidates[0]]], atol=2e-3, rtol=1e-4)
+
+synced = follows()
+with torch.no_grad():
+    for name, param in module.named_parameters():
+        param.mul_(1.5 if "norm" in name else -1.0)
+synced = synced and backend.sync_weights(module) and follows()
+print("SYNCED", synced, flush=True)
 print("ENGINE", *descendants(os.getpid()), flush=True)
 print("SCRATCH", *backend._scratch, flush=True)
 time.sleep(300)
@@ -89,15 +107,19 @@ def test_a_sigkilled_command_leaves_no_engine_behind(
 ) -> None:
     """An OOM-killed training run (SIGKILL: no exit hook runs) left its CPU engine core and
     worker holding 4.3 GB for 15 minutes, and its weights in /dev/shm: the backend's reaper
-    stops them and removes the copy once the command is gone."""
+    stops them and removes the copy once the command is gone. (An engine in the command's own
+    process dies with it; this is the engine in processes of its own, which overlapped
+    training and distributed ranks use.) Before the kill, the owner checks that this engine
+    follows its weights through the shared RAM buffer, every parameter changed."""
     owner = _owner(SIGKILLED_ENGINE_OWNER, tmp_path, tokenizer)
     assert owner.stdout is not None
     said = {}
     for line in owner.stdout:  # vLLM logs to stdout too
-        kind, *items = line.split()
+        kind, *items = line.split() or [""]
         said[kind] = items
         if kind == "SCRATCH":
             break
+    assert said["SYNCED"] == ["True"]
     engine = [int(pid) for pid in said["ENGINE"]]
     scratch = [Path(folder) for folder in said["SCRATCH"]]
     alive = [pid for pid in engine if start_time(pid) is not None]
@@ -122,7 +144,8 @@ def scratch_dir(prefix):
 vllm_backend.scratch_dir = scratch_dir
 
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32)
+config = ModelConfig(vllm_kv_cache_gib=0.25, vllm_enforce_eager=True, vllm_block_size=32,
+                     vllm_process="separate")
 module = tiny_model(tokenizer, hidden_size=128, num_layers=2, seed=0)
 vllm_backend.VLLMBackend.from_module(module, tokenizer, config, dtype="float32", max_model_len=256)
 print("STARTED", flush=True)

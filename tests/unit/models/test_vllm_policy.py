@@ -1,5 +1,6 @@
 """Loading a model directory behind the vLLM backend hands the engine a tokenizer folder it can
-read (runs without vLLM: the engine start is replaced by a stand-in that looks at the folder)."""
+read, and the engine settings are the same on every platform (runs without vLLM: the engine
+start is replaced by a stand-in that looks at what it is given)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import loading, vllm_backend
+from searchrl.models import loading, vllm_backend, vllm_engine
 from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend
 
@@ -22,45 +23,73 @@ def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     """vLLM logged "ERROR ... Error parsing config for /tmp/searchrl-tokenizer-…: Should have
-    a `model_type` key" at every start (twice, with retries), and the folder was never removed."""
+    a `model_type` key" at every start (twice, with retries), and the folder was never removed.
+    The folder is now one per model, kept in the cache (no copy in RAM per start)."""
     model_dir = tmp_path / "model"
     tiny = tiny_model(tokenizer, hidden_size=128, num_layers=1, seed=0)  # head size 32: vLLM-CPU's
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    seen: dict[str, Any] = {}
+    seen: list[dict[str, Any]] = []
 
     def start(cls: type, model: str, tok: Any, config: ModelConfig, **kwargs: Any) -> Any:
         folder = Path(kwargs["tokenizer_dir"])
-        seen["folder"] = folder
-        seen["model_type"] = json.loads((folder / "config.json").read_text())["model_type"]
-        seen["tokenizer"] = (folder / "tokenizer_config.json").is_file()
-        backend = VLLMBackend(object(), tok)
-        backend._scratch.extend(kwargs["scratch"])  # as `create` does: `close` removes them
+        seen.append(
+            {
+                "folder": folder,
+                "model_type": json.loads((folder / "config.json").read_text())["model_type"],
+                "tokenizer": (folder / "tokenizer_config.json").is_file(),
+            }
+        )
+        backend = VLLMBackend(None, tok)
+        backend._closed = True
         return backend
 
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_engine, "_cache_root", lambda: tmp_path / "cache")
     monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
     monkeypatch.setattr(vllm_backend, "engine_dtype", lambda config, device: "float32")
     monkeypatch.setattr(VLLMBackend, "create", classmethod(start))
+    monkeypatch.setattr(loading, "_smoke", lambda backend: None)
     config = ModelConfig(name_or_path=str(model_dir), backend="vllm")
-    policy = loading.load_policy(config, max_model_len=256)
-    assert seen["model_type"] == "llama" and seen["tokenizer"]
-    policy.backend.close()
-    assert not seen["folder"].exists()
+    for _ in range(2):
+        loading.load_policy(config, max_model_len=256)
+    assert seen[0]["model_type"] == "llama" and seen[0]["tokenizer"]
+    assert seen[0]["folder"] == seen[1]["folder"]  # the same path: vLLM's compile cache key
+    assert seen[0]["folder"].parent == tmp_path / "cache"
 
 
 @pytest.mark.parametrize(
-    ("on_cpu", "asked", "expected"),
+    ("cpu", "asked", "expected"),
     [(True, 0, 32), (True, 64, 64), (False, 0, None), (False, 32, 32)],
 )
 def test_kv_blocks_are_32_tokens_on_a_cpu_unless_set(
-    monkeypatch: pytest.MonkeyPatch, on_cpu: bool, asked: int, expected: int | None
+    cpu: bool, asked: int, expected: int | None
 ) -> None:
     """vLLM's CPU default of 128-token blocks made a reading's candidate answers re-prefill up
     to 127 prompt tokens each (the second wave cost 63 % of the first); a GPU keeps vLLM's."""
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: on_cpu)
-    kwargs = vllm_backend.engine_kwargs(
+    kwargs = vllm_engine.engine_kwargs(
         ModelConfig(vllm_block_size=asked), model="m", tokenizer_dir="t", dtype="bfloat16",
-        max_model_len=256,
+        max_model_len=256, cpu=cpu,
     )  # fmt: skip
     assert kwargs.get("block_size") == expected
-    assert ("kv_cache_memory_bytes" in kwargs) == on_cpu
+    assert ("kv_cache_memory_bytes" in kwargs) == cpu
+    assert kwargs["logprobs_mode"] == "processed_logprobs" and kwargs["enable_prefix_caching"]
+    assert kwargs["worker_extension_cls"] == vllm_engine.WORKER_EXTENSION
+
+
+def test_the_engine_runs_in_this_process_on_a_cpu_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's own processes each import vLLM, torch and transformers again: a tiny model's
+    engine took 45 s to start in them, 9-13 s in the caller. They stay for ranks of a
+    distributed run, overlapped generation and GPUs."""
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    auto = ModelConfig()
+    assert vllm_engine.runs_in_process(auto, cpu=True)
+    assert not vllm_engine.runs_in_process(auto, cpu=False)
+    assert not vllm_engine.runs_in_process(auto, cpu=True, overlapped=True)
+    assert vllm_engine.runs_in_process(ModelConfig(vllm_process="same"), cpu=False)
+    assert not vllm_engine.runs_in_process(ModelConfig(vllm_process="separate"), cpu=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert not vllm_engine.runs_in_process(auto, cpu=True)

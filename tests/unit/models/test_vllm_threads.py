@@ -1,6 +1,6 @@
-"""A CPU vLLM engine's processes start with one OpenMP thread per core they are bound to, not
-the command's own count (runs without vLLM: the engine is a stand-in that starts a process the
-way vLLM starts its engine core and worker)."""
+"""A CPU vLLM engine in its own processes starts them with one OpenMP thread per core they are
+bound to, not the command's own count (runs without vLLM: the engine is a stand-in that starts
+a process the way vLLM starts its engine core and worker)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 
 from searchrl.config.model import ModelConfig
 from searchrl.models import vllm_backend
-from searchrl.models.vllm_backend import VLLMBackend
 
 CHILD = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
 
@@ -31,6 +30,14 @@ class StartsAProcess:
 MINE = str(len(os.sched_getaffinity(0)))
 
 
+def _start(monkeypatch: pytest.MonkeyPatch, config: ModelConfig, cpu: bool) -> Any:
+    monkeypatch.setattr(vllm_backend, "import_vllm", lambda: SimpleNamespace(LLM=StartsAProcess))
+    monkeypatch.setattr(vllm_backend, "usable_cores", lambda: 2)
+    llm, reaper = vllm_backend._start_apart({}, config, cpu)
+    reaper.stand_down()
+    return llm
+
+
 @pytest.mark.parametrize(
     ("bind", "expected"), [("auto", "1"), ("0", "1"), ("0-1", "2"), ("all", MINE)]
 )
@@ -39,30 +46,16 @@ def test_engine_processes_run_one_thread_per_bound_core(
 ) -> None:
     """On the idle 2-core Xeon the engine's processes inherited the command's
     OMP_NUM_THREADS=2 and took 409 s for 16 rollouts instead of 57 s with 1."""
-    monkeypatch.setattr(vllm_backend, "_vllm", lambda: SimpleNamespace(LLM=StartsAProcess))
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
-    monkeypatch.setattr(vllm_backend, "usable_cores", lambda: 2)
-    monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
-    config = ModelConfig(vllm_threads_bind=bind)
-    backend = VLLMBackend.create(
-        "m", None, config, tokenizer_dir="m", dtype="float32", max_model_len=64
-    )
-    backend._closed = True  # nothing to shut down
-    assert backend.llm.child_threads == [expected, expected]
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    llm = _start(monkeypatch, ModelConfig(vllm_threads_bind=bind), cpu=True)
+    assert llm.child_threads == [expected, expected]
     assert os.environ["OMP_NUM_THREADS"] == "2"  # the command keeps its own count
     assert "MKL_NUM_THREADS" not in os.environ
 
 
 def test_a_gpu_engine_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_backend, "_vllm", lambda: SimpleNamespace(LLM=StartsAProcess))
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: False)
-    monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     monkeypatch.setenv("MKL_NUM_THREADS", "4")
-    backend = VLLMBackend.create(
-        "m", None, ModelConfig(), tokenizer_dir="m", dtype="float32", max_model_len=64
-    )
-    backend._closed = True
-    assert backend.llm.child_threads == ["4", "4"]
+    assert _start(monkeypatch, ModelConfig(), cpu=False).child_threads == ["4", "4"]

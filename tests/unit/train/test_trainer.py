@@ -260,12 +260,14 @@ def engine_rollout(behaviour: float):  # type: ignore[no-untyped-def]
 
 
 def test_engine_mismatch_is_corrected_and_logged() -> None:
-    """An int8 engine (the default ct2) samples at another precision: the trainer recomputes
-    the old log-probs even on-policy, weights tokens by min(π_old/μ, C) and logs the gap."""
+    """An engine at another precision (a bf16 copy) samples from another distribution: the
+    trainer recomputes the old log-probs even on-policy, weights tokens by min(π_old/μ, C) and
+    logs the gap."""
     behaviour = -3.0
     rollout = engine_rollout(behaviour)
 
-    config = tiny_config(batch_size=2, mini_batch_size=2, model={"backend": "ct2"})
+    engine = {"backend": "hf", "generation_dtype": "bfloat16"}
+    config = tiny_config(batch_size=2, mini_batch_size=2, model=engine)
     policy = prepare_policy(tiny_llama(), config.policy)
     trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
                       em_reward, questions())  # fmt: skip
