@@ -68,8 +68,9 @@ class Seed:
         warm = ["sft"] + (["sft_weak"] if any(ARMS[a][1] == "sft_weak" for a in self.args.arms)
                           else [])  # fmt: skip
         out = ["world", "cross", *warm, *(f"eval_{w}" for w in warm), "evalx_sft"]
+        out += [f"evalx_{w}" for w in warm if w != "sft"]
         for arm in self.args.arms:
-            out += [arm, f"eval_{arm}"] + (["evalx_recipe"] if arm == "recipe" else [])
+            out += [arm, f"eval_{arm}", f"evalx_{arm}"]
         return out
 
     def _world(self, name: str, world_seed: int) -> list[list[str]]:
@@ -94,7 +95,8 @@ class Seed:
     def _train(self, arm: str) -> list[list[str]]:
         _, warm, overrides = ARMS[arm]
         start = [f"policy.init_checkpoint={self.dir / warm / 'model'}",
-                 f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}"]  # fmt: skip
+                 f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}",
+                 f"data.exclude_trained_by={self.dir / warm}"]  # fmt: skip
         run = [f"steps={self.args.steps}", "data.eval_size=0", "logging.progress=false"]
         out = ["--out", str(self.dir / arm), "--resume"]
         return [searchrl("train", "--config", "tiny_cpu_grpo", *out, *start, *run, *overrides,
@@ -176,10 +178,10 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=["recipe", "unmasked", "weak"],
                         choices=list(ARMS))  # fmt: skip
     parser.add_argument("--steps", type=int, default=20, help="RL steps per arm")
-    parser.add_argument("--sft-examples", type=int, default=300)
+    parser.add_argument("--sft-examples", type=int, default=200)
     parser.add_argument("--weak-examples", type=int, default=50)
     parser.add_argument("--test", type=int, default=200, help="held-out questions per world")
-    parser.add_argument("--train", type=int, default=400, help="train questions per world")
+    parser.add_argument("--train", type=int, default=600, help="train questions per world")
     parser.add_argument("--entities", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--engine", choices=["auto", "hf", "vllm"], default="auto",
@@ -189,11 +191,19 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
+    parser.add_argument("--archive", type=Path, metavar="DIR",
+                        help="also copy what the summary reads (per-question results, "
+                        "per-step metrics, times; no texts or weights) into DIR")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         run_all(args.out, args)
     print(summarize(args.out, args.seeds, args.arms))
+    if args.archive is not None:
+        from learning_archive import archive
+
+        written = archive(args.out, args.archive, args.seeds, args.arms)
+        print(f"archived {len(written)} files into {args.archive}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from learning_arms import ARMS
-from searchrl.eval.stats import PairedResult, paired_test, proportion_ci
+from searchrl.eval.stats import PairedResult, paired_test, proportion_ci, t_interval
 from stages import pyplot, read_times, write_summary
 
 
@@ -37,17 +37,26 @@ def _em(summary: dict | None, hop: int | None = None) -> float | None:  # type: 
     return None if stratum is None else stratum["em"]["mean"]
 
 
+def behaviour_flags(row: dict) -> tuple[bool, bool]:  # type: ignore[type-arg]
+    """(valid format, answered) of one evaluation row: read from the flags an archive keeps,
+    else from the trajectory's text."""
+    if "valid_format" in row:
+        return bool(row["valid_format"]), bool(row["answered"])
+    from searchrl.reward.format import is_valid_sequence
+
+    text = "".join(s["text"] for s in row["trajectory"]["segments"])
+    return is_valid_sequence(text), row["trajectory"]["answer"] is not None
+
+
 def _behaviour(folder: Path) -> tuple[float, float, str] | None:
     """(valid-format share, answered share, searches per question by hop) of an evaluation,
     read from its per-sample file."""
-    from searchrl.reward.format import is_valid_sequence
-
     rows = _rows(folder)
     if not rows:
         return None
-    texts = ["".join(s["text"] for s in r["trajectory"]["segments"]) for r in rows]
-    valid = statistics.fmean(is_valid_sequence(t) for t in texts)
-    answered = statistics.fmean(r["trajectory"]["answer"] is not None for r in rows)
+    flags = [behaviour_flags(r) for r in rows]
+    valid = statistics.fmean(v for v, _ in flags)
+    answered = statistics.fmean(a for _, a in flags)
     summary = _summary(folder) or {}
     by_hops = summary.get("by_hops", {})
     searches = "/".join(f"{by_hops[h]['searches']['mean']:.2f}" if h in by_hops else "–"
@@ -55,11 +64,10 @@ def _behaviour(folder: Path) -> tuple[float, float, str] | None:
     return valid, answered, searches
 
 
-def paired_gain(folder: Path, after: str, before: str, seed: int) -> PairedResult | None:
-    """Per-question EM of `after` minus `before` on the same questions, with its 95% paired
-    bootstrap interval (None until both evaluations have finished: an evaluation still writing
-    has a partial samples file and no summary yet, and pairing it would report a gain on the
-    questions answered so far)."""
+def _paired(folder: Path, after: str, before: str) -> tuple[list[float], list[float]] | None:
+    """Per-question EM of two finished evaluations of the same questions, in id order (None
+    until both have finished: an evaluation still writing has a partial samples file and no
+    summary yet, and pairing it would report a gain on the questions answered so far)."""
     if _summary(folder / after) is None or _summary(folder / before) is None:
         return None
     a, b = _rows(folder / after), _rows(folder / before)
@@ -67,7 +75,24 @@ def paired_gain(folder: Path, after: str, before: str, seed: int) -> PairedResul
         return None
     ea, eb = {r["id"]: float(r["em"]) for r in a}, {r["id"]: float(r["em"]) for r in b}
     ids = sorted(ea.keys() & eb.keys())
-    return paired_test([ea[i] for i in ids], [eb[i] for i in ids], 4000, 0.95, seed)
+    return [ea[i] for i in ids], [eb[i] for i in ids]
+
+
+def paired_gain(folder: Path, after: str, before: str, seed: int) -> PairedResult | None:
+    """Per-question EM of `after` minus `before` on the same questions, with its 95% paired
+    bootstrap interval (None until both evaluations have finished)."""
+    pair = _paired(folder, after, before)
+    return None if pair is None else paired_test(*pair, 4000, 0.95, seed)
+
+
+def both_worlds_gain(folder: Path, arm: str, warm: str, seed: int) -> PairedResult | None:
+    """An arm against its warm start on the seed's own held-out questions and the unseen
+    world's together (400 paired questions with the defaults): the per-seed evidence."""
+    own = _paired(folder, f"eval_{arm}", f"eval_{warm}")
+    unseen = _paired(folder, f"evalx_{arm}", f"evalx_{warm}")
+    if own is None or unseen is None:
+        return None
+    return paired_test(own[0] + unseen[0], own[1] + unseen[1], 4000, 0.95, seed)
 
 
 def _mean_std(values: Sequence[float | None]) -> str:
@@ -80,17 +105,18 @@ def _mean_std(values: Sequence[float | None]) -> str:
 
 
 def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
-    """(label, evaluation folder, the evaluation it is paired against) in table order."""
+    """(label, evaluation folder, the evaluation it is paired against) in table order: every
+    model on the seed's own world, then on the world it never saw."""
     out: list[tuple[str, str, str | None]] = [("SFT warm start", "eval_sft", None)]
     if "weak" in arms:
         out.append(("weak SFT warm start", "eval_sft_weak", None))
     for arm in arms:
         label, warm, _ = ARMS[arm]
         out.append((label, f"eval_{arm}", f"eval_{warm}"))
-    out += [("SFT, unseen world", "evalx_sft", None)]
-    if "recipe" in arms:
-        out.append(("RL (recipe), unseen world", "evalx_recipe", "evalx_sft"))
-    return out
+    unseen = [(f"{label}, unseen world", name.replace("eval_", "evalx_", 1),
+               None if base is None else base.replace("eval_", "evalx_", 1))
+              for label, name, base in out]  # fmt: skip
+    return out + unseen
 
 
 def _pairs(arms: Sequence[str]) -> list[tuple[str, str, str]]:
@@ -101,9 +127,45 @@ def _pairs(arms: Sequence[str]) -> list[tuple[str, str, str]]:
     if "weak" in arms:
         out.append(("RL from the weak warm start vs the full SFT", "eval_weak", "eval_sft"))
     if "recipe" in arms:
-        out += [(f"{ARMS[a][0]} vs the recipe", f"eval_{a}", "eval_recipe")
-                for a in arms if ARMS[a][1] == "sft" and a != "recipe"]  # fmt: skip
+        for prefix, where in (("eval", ""), ("evalx", ", unseen world")):
+            out += [(f"{ARMS[a][0]} vs the recipe{where}", f"{prefix}_{a}", f"{prefix}_recipe")
+                    for a in arms if ARMS[a][1] == "sft" and a != "recipe"]  # fmt: skip
     return out
+
+
+def _over_seeds(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[str]:
+    """Per arm: each seed's gain over its own warm start on both worlds together, and the
+    means over seeds with Student's t interval (own world, unseen world, both)."""
+    lines = ["", "| seed | model | EM − its warm start's, own + unseen world (95% paired "
+             "bootstrap) | won / lost | sign-test p |", "|---|---|---|---|---|"]  # fmt: skip
+    per_arm: dict[str, dict[str, list[float]]] = {}
+    for arm in arms:
+        label, warm, _ = ARMS[arm]
+        found = per_arm.setdefault(arm, {"both": [], "own": [], "unseen": []})
+        for seed in seeds:
+            d = root / f"seed{seed}"
+            gain = both_worlds_gain(d, arm, warm, seed)
+            own = paired_gain(d, f"eval_{arm}", f"eval_{warm}", seed)
+            unseen = paired_gain(d, f"evalx_{arm}", f"evalx_{warm}", seed)
+            if gain is None or own is None or unseen is None:
+                continue
+            found["both"].append(gain.diff)
+            found["own"].append(own.diff)
+            found["unseen"].append(unseen.diff)
+            lines.append(f"| {seed} | {label} | {gain.diff:+.3f} [{gain.low:+.3f}, "
+                         f"{gain.high:+.3f}] (n = {gain.n}) | {gain.wins} / {gain.losses} | "
+                         f"{gain.p_value:.2g} |")  # fmt: skip
+    lines += ["", "| model | seeds | mean gain, own + unseen [95% t over seeds] | own world "
+              "| unseen world [95% t] |", "|---|---|---|---|---|"]  # fmt: skip
+    for arm, found in per_arm.items():
+        if not found["both"]:
+            continue
+        both, unseen = t_interval(found["both"], 0.95), t_interval(found["unseen"], 0.95)
+        own = statistics.fmean(found["own"])
+        lines.append(f"| {ARMS[arm][0]} | {both.n} | {both.mean:+.3f} [{both.low:+.3f}, "
+                     f"{both.high:+.3f}] | {own:+.3f} | {unseen.mean:+.3f} [{unseen.low:+.3f}, "
+                     f"{unseen.high:+.3f}] |")  # fmt: skip
+    return lines
 
 
 def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
@@ -145,6 +207,7 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
     for label, diffs in gains.items():
         lines.append(f"| mean | {label} | {statistics.fmean(diffs):+.3f} over {len(diffs)} "
                      "seed(s) | | |")  # fmt: skip
+    lines += _over_seeds(root, seeds, arms)
     lines += ["", "| seed | stage | wall minutes | CPU minutes |", "|---|---|---|---|"]
     for seed in seeds:
         times = read_times(root / f"seed{seed}" / "times.json")

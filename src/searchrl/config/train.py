@@ -83,6 +83,15 @@ class DataConfig:
     """Client settings (URL, per-attempt timeout, retries, backoff) for `retriever: remote`."""
     train_split: NonEmptyStr = "train"
     """Question split sampled for training."""
+    exclude_trained_by: str = ""
+    """A `searchrl sft` run folder (its `trained_questions.txt`) or a file of question ids,
+    one a line: those questions are left out of the RL pool. The warm start has memorised the
+    answers of the references it was trained on (their thoughts state every hop's fact), so
+    their GRPO groups are mostly all correct and teach nothing."""
+    train_hop_weights: tuple[PositiveFloat, ...] = ()
+    """Relative weight of train questions of 1, 2, 3, … hops in the order prompts are drawn
+    (each pass over the pool is a weighted shuffle: heavier questions tend to come first);
+    empty = uniform. Hop counts past the tuple take its last weight."""
     eval_split: NonEmptyStr = "test"
     """Held-out split used for `val/test_score/<source>`."""
     eval_size: NonNegativeInt = 32

@@ -52,9 +52,44 @@ class Environment:
             )
         return self.splits[split]
 
+    def training_pool(self, data: DataConfig) -> list[Question]:
+        """The RL questions: `data.train_split` less the questions `data.exclude_trained_by`
+        names (a warm start's `trained_questions.txt`, or a file of ids)."""
+        questions = self.questions(data.train_split)
+        if not data.exclude_trained_by:
+            return questions
+        excluded = read_question_ids(Path(data.exclude_trained_by))
+        pool = [q for q in questions if _short_id(q.uid) not in excluded]
+        if not pool:
+            raise ValueError(
+                f"data.exclude_trained_by={data.exclude_trained_by}: it names every question "
+                f"of the {data.train_split!r} split, none is left to train on"
+            )
+        return pool
+
     def references(self, split: str) -> list[Reference]:
         """The world's scripted reference trajectories for one split."""
         return load_references(self.world_dir / f"references_{split}.jsonl")
+
+
+TRAINED_QUESTIONS = "trained_questions.txt"
+"""What `searchrl sft` writes into its run folder: the ids of the questions it trained on."""
+
+
+def _short_id(uid: str) -> str:
+    """`world:train_12` and `train_12` name the same question (references drop the source)."""
+    return uid.partition(":")[2] or uid
+
+
+def read_question_ids(path: Path) -> set[str]:
+    """Question ids from a file (one a line) or a `searchrl sft` run folder holding one."""
+    file = path / TRAINED_QUESTIONS if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"data.exclude_trained_by={path}: no {TRAINED_QUESTIONS} there (written by "
+            "`searchrl sft` since this version) and not a file of question ids"
+        )
+    return {_short_id(line.strip()) for line in file.read_text().splitlines() if line.strip()}
 
 
 def prepare_world(data: DataConfig, out_dir: Path) -> Path:

@@ -252,7 +252,11 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     dist.barrier()
     env = build_environment(config.data, out_dir)
     policy, tokenizer = load_policy(config.model, config.policy)
-    reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
+    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
+    needs_reference = config.algo.kl_coef > 0
+    reference = (
+        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
+    )
     critic = Critic(policy) if config.uses_critic else None
     engine = make_backend(
         config.model, policy, tokenizer, config.rollout.max_total_tokens,
@@ -264,7 +268,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
         backend, policy, tokenizer, env.retriever, config.rollout, sync=shared is None
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
-    questions = env.questions(config.data.train_split)
+    questions = env.training_pool(config.data)
     held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
     reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
     refiner = None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from searchrl.config.sft import SFTConfig
 from searchrl.train.environment import (
+    TRAINED_QUESTIONS,
     build_environment,
     export_model,
     load_policy,
@@ -30,6 +31,12 @@ from searchrl.train.sft import (
     solved_references,
 )
 from searchrl.types import Trajectory
+
+
+def write_trained_questions(out_dir: Path, examples: list[Trajectory]) -> None:
+    """`DIR/trained_questions.txt`: the ids (`train_12`) of the questions trained on."""
+    ids = sorted({t.uid or t.id for t in examples})
+    (out_dir / TRAINED_QUESTIONS).write_text("".join(f"{i}\n" for i in ids))
 
 
 def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, float]:
@@ -59,6 +66,7 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
+    write_trained_questions(out_dir, examples)
     writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     bf16 = use_bf16(config.policy.autocast, policy)
