@@ -254,6 +254,24 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """Self-distillation between RL phases: every `every` steps, a short SFT pass on the
+    policy's own correct, well-formed trajectories of multi-hop questions sampled in those
+    steps (one per question), then RL goes on (`train.distill`)."""
+
+    every: NonNegativeInt = 0
+    """0: off. N: after RL steps N, 2N, … (not after the last step)."""
+    min_hops: PositiveInt = 2
+    """Only trajectories of questions with at least this many hops."""
+    lr: PositiveFloat = 1e-5
+    """Peak learning rate of each pass (linear decay to 0, its own AdamW)."""
+    epochs: PositiveFloat = 1.0
+    """Passes over the selected trajectories."""
+    batch_size: PositiveInt = 8
+    """Trajectories per optimizer step."""
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Where metrics go besides `metrics.jsonl`."""
 
@@ -305,12 +323,19 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     refiner: RefinerConfig = field(default_factory=RefinerConfig)
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value
-        for a meta prompt, so joint optimization needs a critic-free estimator."""
+        for a meta prompt, so joint optimization needs a critic-free estimator. Distillation
+        reads the steps' trajectories back from the run folder."""
         if self.refiner.joint and self.uses_critic:
             raise ConfigError("refiner.joint: needs a critic-free algo.advantage (grpo, rloo)")
+        if self.distill.every and not self.logging.save_trajectories:
+            raise ConfigError(
+                "distill.every: reads each step's trajectories from the run folder; "
+                "set logging.save_trajectories=true"
+            )
 
     @property
     def loss_norm_tokens(self) -> int:

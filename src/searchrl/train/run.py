@@ -45,6 +45,7 @@ from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collect import engine_seed
+from searchrl.train.distill import distill
 from searchrl.train.environment import (
     build_environment,
     export_model,
@@ -245,6 +246,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     held-out evaluation when `data.eval_size > 0`)."""
     dist = setup_distributed(config.policy)
     main = dist.rank == 0
+    if config.distill.every and dist.world_size > 1:
+        raise ValueError("distill.every: self-distillation runs in one process only")
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     if main:
@@ -315,6 +318,12 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             metrics.update(engine_metrics(engine, overlapped))
             step = trainer.step_count
             last = step == config.steps
+            if main and config.logging.save_trajectories:
+                save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
+            if config.distill.every and step % config.distill.every == 0 and not last:
+                live.stage("distil")
+                metrics.update(distill(policy, config, out_dir / "trajectories", step,
+                                       trainer.hops, pad_id, trainer.settings.bf16))  # fmt: skip
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = evaluate()
@@ -328,8 +337,6 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
                 trainer.save(ckpt_root)  # every rank writes its shard
             if main:
                 writer.write(step, metrics)
-                if config.logging.save_trajectories:
-                    save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
                 if saving and not dist.sharded:
                     trainer.save(ckpt_root)
             dist.barrier()
