@@ -67,6 +67,7 @@ class Seed:
         """Every stage the requested arms need, in the order they run."""
         warm = ["sft"] + (["sft_weak"] if any(ARMS[a][1] == "sft_weak" for a in self.args.arms)
                           else [])  # fmt: skip
+        warm += [f"sft_{n}" for n in self.args.curve]
         out = ["world", "cross", *warm, *(f"eval_{w}" for w in warm), "evalx_sft"]
         out += [f"evalx_{w}" for w in warm if w != "sft"]
         for arm in self.args.arms:
@@ -118,8 +119,9 @@ class Seed:
         if stage in ("world", "cross"):
             seed = self.seed if stage == "world" else 1000 + self.seed
             return d / f"{stage}_bm25" / "manifest.json", self._world(stage, seed)
-        if stage in WARM:
-            examples = self.args.sft_examples if stage == "sft" else self.args.weak_examples
+        if stage in WARM or stage.removeprefix("sft_").isdigit():
+            named = {"sft": self.args.sft_examples, "sft_weak": self.args.weak_examples}
+            examples = named[stage] if stage in named else int(stage.removeprefix("sft_"))
             return d / stage / "model" / "config.json", self._sft(stage, examples)
         if stage in ARMS:
             return d / stage / "model" / "config.json", self._train(stage)
@@ -180,6 +182,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="RL steps per arm")
     parser.add_argument("--sft-examples", type=int, default=200)
     parser.add_argument("--weak-examples", type=int, default=50)
+    parser.add_argument("--curve", type=int, nargs="*", default=[], metavar="N",
+                        help="also SFT warm starts on N references, evaluated on both worlds: "
+                        "the curve that says how many references RL from the weak start is "
+                        "worth")  # fmt: skip
     parser.add_argument("--test", type=int, default=200, help="held-out questions per world")
     parser.add_argument("--train", type=int, default=600, help="train questions per world")
     parser.add_argument("--entities", type=int, default=500)
@@ -198,7 +204,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         run_all(args.out, args)
-    print(summarize(args.out, args.seeds, args.arms))
+    sizes = (args.weak_examples, args.sft_examples)
+    print(summarize(args.out, args.seeds, args.arms, args.curve, sizes))
     if args.archive is not None:
         from learning_archive import archive
 

@@ -5,6 +5,7 @@ so it can run while the benchmark is still writing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections.abc import Sequence
@@ -104,12 +105,13 @@ def _mean_std(values: Sequence[float | None]) -> str:
     return f"{statistics.fmean(found):.3f} ± {statistics.stdev(found):.3f}"
 
 
-def _models(arms: Sequence[str]) -> list[tuple[str, str, str | None]]:
+def _models(arms: Sequence[str], curve: Sequence[int] = ()) -> list[tuple[str, str, str | None]]:
     """(label, evaluation folder, the evaluation it is paired against) in table order: every
     model on the seed's own world, then on the world it never saw."""
     out: list[tuple[str, str, str | None]] = [("SFT warm start", "eval_sft", None)]
     if "weak" in arms:
         out.append(("weak SFT warm start", "eval_sft_weak", None))
+    out += [(f"SFT on {n} references", f"eval_sft_{n}", None) for n in curve]
     for arm in arms:
         label, warm, _ = ARMS[arm]
         out.append((label, f"eval_{arm}", f"eval_{warm}"))
@@ -168,9 +170,53 @@ def _over_seeds(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[s
     return lines
 
 
-def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
-    """Markdown tables (per seed; mean ± std over seeds; paired gains; times) and a PNG."""
-    models = _models(arms)
+def references_worth(curve: Sequence[tuple[int, float]], em: float) -> float | None:
+    """The number of SFT references whose warm start would score `em`, by linear interpolation
+    on the measured (references, EM) points (None outside them: no extrapolation)."""
+    points = sorted(curve)
+    for (n0, e0), (n1, e1) in itertools.pairwise(points):
+        if min(e0, e1) <= em <= max(e0, e1) and e0 != e1:
+            return n0 + (em - e0) / (e1 - e0) * (n1 - n0)
+    return None
+
+
+def _pooled_em(folder: Path, name: str) -> float | None:
+    """EM over the seed's own and the unseen world's held-out questions together."""
+    rows = [*(_rows(folder / f"eval_{name}") or []), *(_rows(folder / f"evalx_{name}") or [])]
+    if _summary(folder / f"eval_{name}") is None or _summary(folder / f"evalx_{name}") is None:
+        return None
+    return statistics.fmean(float(r["em"]) for r in rows) if rows else None
+
+
+def _curve(
+    root: Path, seeds: Sequence[int], curve: Sequence[int], sizes: tuple[int, int]
+) -> list[str]:
+    """What RL from the weak warm start is worth in references: EM (both worlds) of warm starts
+    trained on more references, and where the weak start's RL policy lands among them."""
+    weak, full = sizes
+    names = [("sft_weak", weak), *((f"sft_{n}", n) for n in curve), ("sft", full)]
+    lines = ["", "| seed | " + " | ".join(f"SFT on {n}" for _, n in names)
+             + " | RL from the weak start | worth (references) |",
+             "|---|" + "---|" * (len(names) + 2)]  # fmt: skip
+    for seed in seeds:
+        d = root / f"seed{seed}"
+        points = [(n, _pooled_em(d, name)) for name, n in names]
+        rl = _pooled_em(d, "weak")
+        if rl is None or any(em is None for _, em in points):
+            continue
+        known = [(n, em) for n, em in points if em is not None]
+        worth = references_worth(known, rl)
+        cells = " | ".join(f"{em:.3f}" for _, em in known)
+        shown = "–" if worth is None else f"{worth:.0f}"
+        lines.append(f"| {seed} | {cells} | {rl:.3f} | {shown} |")
+    return lines
+
+
+def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str], curve: Sequence[int] = (),
+              sizes: tuple[int, int] = (50, 200)) -> str:  # fmt: skip
+    """Markdown tables (per seed; mean ± std over seeds; paired gains; gains over both worlds
+    with t intervals over seeds; the references curve; times) and a PNG."""
+    models = _models(arms, curve)
     lines = ["| seed | model | EM [95% Wilson] | 1-hop | 2-hop | 3-hop | 4-hop "
              "| searches 1/2/3/4-hop | valid format | answered |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -208,10 +254,12 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> str:
         lines.append(f"| mean | {label} | {statistics.fmean(diffs):+.3f} over {len(diffs)} "
                      "seed(s) | | |")  # fmt: skip
     lines += _over_seeds(root, seeds, arms)
+    if "weak" in arms:
+        lines += _curve(root, seeds, curve, sizes)
     lines += ["", "| seed | stage | wall minutes | CPU minutes |", "|---|---|---|---|"]
     for seed in seeds:
         times = read_times(root / f"seed{seed}" / "times.json")
-        for stage in ("sft", "sft_weak", *arms):
+        for stage in ("sft", "sft_weak", *(f"sft_{n}" for n in curve), *arms):
             if stage in times:
                 cpu = times[stage]["cpu"]
                 shown = "not recorded" if cpu is None else f"{cpu / 60:.1f}"
