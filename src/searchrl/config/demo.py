@@ -31,8 +31,8 @@ DEMO_LR = 1e-5
 
 DEMO_DIFFERENCES: dict[str, tuple[object, str]] = {
     "steps": (24, "the time budget: the demo has minutes, the recipe's evidence an hour a seed"),
-    "optim.lr": (3e-6, "fewer steps, each larger, so the few steps move the policy"),
-    "optim.warmup_ratio": (0.15, "no warm-up in a run this short"),
+    "optim.lr": (5e-6, "fewer steps, each larger, so the few steps move the policy"),
+    "optim.warmup_ratio": (0.1, "no warm-up in a run this short"),
     "save_every": (6, "one checkpoint, at the end"),
 }
 """Dotted key → (the recipe's value, why the demo differs)."""
@@ -57,10 +57,11 @@ def _demo_rl() -> TrainConfig:
     `data.exclude_trained_by` at its SFT folder)."""
     return TrainConfig(
         steps=DEMO_STEPS,
-        batch_size=4,
+        batch_size=2,
         n_samples=8,
-        mini_batch_size=4,
-        micro_batch_size=1,
+        mini_batch_size=2,
+        micro_batch_size=8,
+        micro_batch_tokens=4096,
         save_every=DEMO_STEPS,
         keep_checkpoints=1,
         model=ModelConfig(dtype="float32"),
