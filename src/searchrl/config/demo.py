@@ -73,7 +73,7 @@ def _demo_rl() -> TrainConfig:
             loss_agg="seq-mean-token-sum-norm",
             dynamic_sampling=True,
             max_sampling_rounds=1,
-            behaviour_correction="auto",
+            behaviour_correction="off",
         ),
         optim=OptimConfig(lr=DEMO_LR, warmup_ratio=0.0, grad_clip=1.0),
         reward=RewardConfig(no_answer_score=-0.5),
