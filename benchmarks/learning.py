@@ -1,42 +1,43 @@
-"""Learning evidence over several seeds: does RL beat its own SFT warm start, and what does each
-lever of the recipe buy?
+"""Learning evidence over several seeds: does RL beat its own SFT warm start, on held-out
+questions of its own world and of a world it never saw, and what does each lever buy?
 
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2                 # the evidence
-    python benchmarks/learning.py --out runs/learning --seeds 0 --arms old no_drgrpo \\
-        no_answer_signal big_steps ppo                                             # the levers
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --summarize     # tables + PNG
+    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 3 4          # the evidence
+    python benchmarks/learning.py --out runs/learning --seeds 0 --arms distill std_scaled \
+        all_questions previous                                                   # the levers
+    python benchmarks/learning.py --out runs/learning --seeds 0 --arms weak --curve 100
+    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 3 4 --summarize \
+        --archive docs/evidence/learning                                         # tables + PNG
 
-As measured in docs/training.md (12 steps, 3 of them warm-up, vLLM's CPU build generating):
-
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --arms recipe --steps 12 \
-        --set optim.warmup_ratio=0.25 --engine vllm
-
-Per seed: a 1-4-hop world (`--train` / `--test` questions) and a world generated with seed
-`1000 + seed` the policies never see → BM25 indexes → `searchrl sft` (preset `tiny_cpu_sft`,
-`--sft-examples` references) and, for the `weak` arm, an SFT on `--weak-examples` → from
-those checkpoints, `--steps` RL steps of every requested arm (preset `tiny_cpu_grpo`, the
-recipe, plus the arm's overrides) → `searchrl eval --method search-r1` (greedy, every test
-question) of each warm start and each arm, with the recipe's rollout settings for all of them,
-so every model is read by the same protocol; the SFT start and the `recipe` arm also on the
-unseen world.
+Per seed: a 1-4-hop world (`--train` / `--test` questions; no train question chains a hop fact
+of a test question) and a world generated with seed `1000 + seed` the policies never see →
+BM25 indexes → `searchrl sft` (preset `tiny_cpu_sft`, `--sft-examples` references; `weak`:
+`--weak-examples`; `--curve N`: more warm starts, for what RL from the weak start is worth) →
+from those checkpoints, `--steps` RL steps of every requested arm (preset `tiny_cpu_grpo`, the
+recipe, plus the arm's overrides; the RL questions leave out the warm start's references) →
+`searchrl eval --method search-r1` (greedy, every test question of both worlds) of each warm
+start and each arm, with the recipe's rollout settings for all of them, so every model is read
+by the same protocol.
 
 | arm | what it is |
 |---|---|
 | `recipe` | the CPU recipe (`tiny_cpu_grpo`) from the SFT warm start |
 | `unmasked` | the recipe with retrieved tokens in the loss (the paper's ablation) |
 | `weak` | the recipe from a weak warm start (SFT on `--weak-examples` references) |
-| `old` | as landed before: per-trajectory mean, no answer signal, 4 turns, lr 1e-5 from step 1, |
-|  | one mini-batch |
-| `no_drgrpo` | the recipe with the per-trajectory mean (`seq-mean-token-mean`) |
-| `no_answer_signal` | the recipe without the forced answer and the no-answer penalty |
-| `big_steps` | the recipe with lr 1e-5, no warm-up, one mini-batch (no clipping) |
+| `distill` | the recipe with a self-distillation pass on its own correct multi-hop trajectories |
+|  | after step 12 |
+| `std_scaled` | the recipe with GRPO's division by the group std (half of Dr. GRPO undone) |
+| `all_questions` | the recipe on every train question (the warm start's included), uniform order |
+| `temp07` | the recipe sampling at temperature 0.7 |
+| `no_answer_zero` | the recipe scoring a missing answer 0 (like a wrong one) |
+| `previous` | the recipe before issue 56: 8 × 4 with two dynamic-sampling rounds, std scaling, |
+|  | two mini-batches, lr 3e-6, 12 steps, every train question |
 | `ppo` | the recipe's levers with PPO and its critic (GAE, KL in the reward) |
 
 Every stage is a CLI call whose output folder marks it done, so a killed benchmark resumes
 where it stopped (training resumes from its last checkpoint). SFT and RL wall and CPU times
 are recorded per seed (`times.json`; CPU = every process of the stage, engines included).
-Arms of one seed can run as separate processes side by side (`--arms ppo` on one core,
-`--arms big_steps` on the other): a stage is locked while it runs (`<seed>/.locks/`), a shared
+Arms of one seed can run as separate processes side by side (`--arms distill` on one core,
+`--arms std_scaled` on the other): a stage is locked while it runs (`<seed>/.locks/`), a shared
 warm start is trained once, and an evaluation the other process is running is left to it.
 """
 

@@ -39,11 +39,12 @@ def test_finished_evaluations_are_paired_question_by_question(tmp_path: Path) ->
 
 
 def test_lever_arms_are_paired_against_the_recipe_only_when_it_ran() -> None:
-    with_recipe = {(name, base) for _, name, base in _pairs(["recipe", "old", "weak"])}
-    assert ("eval_old", "eval_recipe") in with_recipe
-    assert ("eval_old", "eval_sft") in with_recipe
+    with_recipe = {(name, base) for _, name, base in _pairs(["recipe", "previous", "weak"])}
+    assert ("eval_previous", "eval_recipe") in with_recipe
+    assert ("evalx_previous", "evalx_recipe") in with_recipe  # on the unseen world too
+    assert ("eval_previous", "eval_sft") in with_recipe
     assert ("eval_weak", "eval_recipe") not in with_recipe  # another warm start: not a lever
-    without = {(name, base) for _, name, base in _pairs(["old", "ppo"])}
+    without = {(name, base) for _, name, base in _pairs(["previous", "ppo"])}
     assert not any(base == "eval_recipe" for _, base in without)
 
 
