@@ -75,3 +75,18 @@ def test_t_interval_over_seeds() -> None:
     assert five.low == pytest.approx(0.12 - 0.0393, abs=1e-3)
     assert five.high == pytest.approx(0.12 + 0.0393, abs=1e-3)
     assert t_interval([0.1], 0.95).interval == "point"
+
+
+def test_every_arm_is_a_valid_config_on_top_of_the_recipe() -> None:
+    from learning_arms import ARMS
+
+    from searchrl.cli.train import resolve_preset
+    from searchrl.config.loading import load_config
+    from searchrl.config.train import TrainConfig
+
+    for arm, (_, _, overrides) in ARMS.items():
+        config = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(overrides))
+        assert config.mini_batch_size <= config.batch_size, arm
+    previous = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(ARMS["previous"][2]))
+    assert previous.algo.scale_by_std and previous.data.exclude_trained_by == ""
+    assert (previous.batch_size, previous.n_samples, previous.steps) == (8, 4, 12)
