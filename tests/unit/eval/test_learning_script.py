@@ -79,7 +79,6 @@ def test_t_interval_over_seeds() -> None:
 
 def test_every_arm_is_a_valid_config_on_top_of_the_recipe() -> None:
     from learning_arms import ARMS
-
     from searchrl.cli.train import resolve_preset
     from searchrl.config.loading import load_config
     from searchrl.config.train import TrainConfig
