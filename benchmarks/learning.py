@@ -28,7 +28,9 @@ by the same protocol.
 | `std_scaled` | the recipe with GRPO's division by the group std (half of Dr. GRPO undone) |
 | `all_questions` | the recipe on every train question (the warm start's included), uniform order |
 | `temp07` | the recipe sampling at temperature 0.7 |
-| `no_answer_zero` | the recipe scoring a missing answer 0 (like a wrong one) |
+| `no_answer_penalty` | the recipe scoring a missing answer −0.5 (below a wrong one) |
+| `hard_first` | the recipe with 3- and 4-hop questions first in each pass |
+| `v1` | the first pilot of issue 56: both of the above, and the importance correction |
 | `previous` | the recipe before issue 56: 8 × 4 with two dynamic-sampling rounds, std scaling, |
 |  | two mini-batches, lr 3e-6, 12 steps, every train question |
 | `ppo` | the recipe's levers with PPO and its critic (GAE, KL in the reward) |

@@ -13,7 +13,7 @@ ALL_QUESTIONS = ("data.exclude_trained_by=''", "data.train_hop_weights=[]")
 PREVIOUS = ("batch_size=8", "n_samples=4", "mini_batch_size=4", "micro_batch_size=1",
             "micro_batch_tokens=0", "algo.scale_by_std=true", "algo.max_sampling_rounds=2",
             "algo.behaviour_correction=auto", "optim.lr=3e-6", "optim.warmup_ratio=0.25",
-            "steps=12", *ALL_QUESTIONS)  # fmt: skip
+            "reward.no_answer_score=-0.5", "steps=12", *ALL_QUESTIONS)  # fmt: skip
 """The recipe before issue 56 (docs/training_log.md): 8 questions × 4 samples with up to two
 dynamic-sampling rounds, GRPO's std scaling, two mini-batches, lr 3e-6, 12 steps."""
 
@@ -27,7 +27,12 @@ ARMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "std_scaled": ("recipe with GRPO's std scaling", "sft", ("algo.scale_by_std=true",)),
     "all_questions": ("recipe on every train question, uniform", "sft", ALL_QUESTIONS),
     "temp07": ("recipe sampling at temperature 0.7", "sft", ("rollout.temperature=0.7",)),
-    "no_answer_zero": ("recipe scoring no answer 0", "sft", ("reward.no_answer_score=0.0",)),
+    "no_answer_penalty": ("recipe scoring no answer −0.5", "sft", ("reward.no_answer_score=-0.5",)),
+    "hard_first": ("recipe with 3-4-hop questions first", "sft",
+                   ("data.train_hop_weights=[1,1,2,2]",)),
+    "v1": ("first pilot: no answer −0.5, 3-4 hops first, TIS", "sft",
+           ("reward.no_answer_score=-0.5", "data.train_hop_weights=[1,1,2,2]",
+            "algo.behaviour_correction=auto")),
     "previous": ("the recipe before issue 56 (12 steps)", "sft", PREVIOUS),
     "ppo": ("recipe's levers with PPO + critic", "sft",
             ("algo.advantage=gae", "algo.kl_in_reward=true", "algo.kl_coef=0.001",

@@ -65,7 +65,7 @@ def _demo_rl() -> TrainConfig:
         save_every=DEMO_STEPS,
         keep_checkpoints=1,
         model=ModelConfig(dtype="float32"),
-        data=DataConfig(eval_size=100, train_hop_weights=(1.0, 1.0, 2.0, 2.0)),
+        data=DataConfig(eval_size=100),
         algo=AlgoConfig(
             advantage="grpo",
             scale_by_std=False,
@@ -76,7 +76,7 @@ def _demo_rl() -> TrainConfig:
             behaviour_correction="off",
         ),
         optim=OptimConfig(lr=DEMO_LR, warmup_ratio=0.0, grad_clip=1.0),
-        reward=RewardConfig(no_answer_score=-0.5),
+        reward=RewardConfig(no_answer_score=0.0),
         rollout=RolloutConfig(
             max_turns=5,
             force_answer=True,
