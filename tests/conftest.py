@@ -59,3 +59,43 @@ def tokenizer(request: pytest.FixtureRequest) -> PreTrainedTokenizerBase:
 def tiny(tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
     """A tiny random Llama over the real vocabulary."""
     return tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+
+
+def write_merge_parquet(path: Path, sources: dict[str, list[tuple[str, str, list[str]]]]) -> Path:
+    """A parquet shaped as Search-R1's `scripts/data_process/qa_search_train_merge.py` leaves
+    it (source → (FlashRAG id, question, golden answers)): FlashRAG's columns kept (`id`, the
+    question stripped and ending in "?", `golden_answers`), then the columns the script adds
+    (`data_source`, a one-message `prompt` holding the paper's instruction, `ability`,
+    `reward_model.ground_truth.target`, `extra_info` whose `index` restarts in every source);
+    sources concatenated in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from searchrl.data.templates import SEARCH_R1_TEMPLATE
+
+    rows = []
+    for source, items in sources.items():
+        for index, (qid, question, answers) in enumerate(items):
+            question = question.strip() + ("" if question.strip().endswith("?") else "?")
+            rows.append(
+                {
+                    "id": qid,
+                    "question": question,
+                    "golden_answers": answers,
+                    "data_source": source,
+                    "prompt": [
+                        {"role": "user", "content": SEARCH_R1_TEMPLATE.format(question=question)}
+                    ],
+                    "ability": "fact-reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
+                    "extra_info": {"split": "train", "index": index},
+                }
+            )
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def merge_parquet():
+    """`write_merge_parquet`, for tests that feed Search-R1's training file."""
+    return write_merge_parquet

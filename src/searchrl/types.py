@@ -52,6 +52,10 @@ class Question:
     source: str = ""
     hops: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    prompt: str = field(default="", compare=False)
+    """The user message the question's file gives as its prompt (Search-R1 parquet's
+    `prompt` column), used as written by the rollout (`rollout.file_prompt`); empty: the
+    configured template is filled with `question`."""
 
 
 @dataclass

@@ -127,3 +127,30 @@ def test_manifest_names_the_corpus_absolutely(
     build_index("bm25", Path(corpus_file.name), tmp_path / "idx")
     recorded = read_manifest(tmp_path / "idx").corpus.path
     assert recorded == str(corpus_file.resolve()) and os.path.isabs(recorded)
+
+
+def test_a_linked_faiss_index_opens_as_an_index_directory(
+    search_r1_index: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`searchrl index --kind dense --faiss-index F --corpus C` writes only a manifest, and
+    `load_index` (data.index_dir, eval --index, serve --index) then searches the external
+    index exactly as `serve --faiss-index` does."""
+    from typer.testing import CliRunner
+
+    from searchrl.cli import app
+    from searchrl.retrieval import load_index
+
+    faiss_file, corpus = search_r1_index
+    out = tmp_path / "wiki18_e5"
+    args = ["index", "--kind", "dense", "--corpus", str(corpus), "--faiss-index", str(faiss_file),
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in out.iterdir()] == ["manifest.json"]
+    assert read_manifest(out).kind == "faiss"
+    queries = ["tallest peak in the world", "a hot drink brewed from leaves"]
+    direct = open_faiss_index(faiss_file, corpus, DenseConfig()).search(queries, 2)
+    linked = load_index(out).search(queries, 2)
+    assert [[h.document.id for h in hits] for hits in linked] == [
+        [h.document.id for h in hits] for hits in direct
+    ]

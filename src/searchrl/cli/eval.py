@@ -28,7 +28,7 @@ METHOD_HELP = (
 DATA_HELP = (
     "Question set, repeatable: a .jsonl/.parquet file, a folder of them, a FlashRAG root "
     "(one folder per set; its test split, or dev where the papers use dev), a world split "
-    "(runs/x/world/test.jsonl) or hf:NAME[:SPLIT]."
+    "(runs/x/world/test.jsonl), hf:NAME[:SPLIT], or FILE[a:b] for its rows a..b-1."
 )
 
 SetOption = Annotated[

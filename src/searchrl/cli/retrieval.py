@@ -52,6 +52,15 @@ def index(
             "like one (serve them with `searchrl serve --index OUT`).",
         ),
     ] = 1,
+    faiss_index: Annotated[
+        Path | None,
+        typer.Option(
+            "--faiss-index",
+            help="With --kind dense: link a faiss index built elsewhere over --corpus (Search-R1's "
+            "e5_Flat.index over wiki-18.jsonl; --set dense.encoder=intfloat/e5-base-v2) instead "
+            "of encoding: only the manifest is written.",
+        ),
+    ] = None,
 ) -> None:
     """Build a BM25, dense or hybrid index directory from a corpus file.
 
@@ -60,6 +69,16 @@ def index(
     if kind not in KINDS:
         raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
     settings = _config(config, overrides)
+    if faiss_index is not None:
+        from searchrl.retrieval.external import link_faiss_index
+        from searchrl.utils.output import check_output
+
+        if kind != "dense":
+            raise typer.BadParameter("--faiss-index links a dense index: use --kind dense")
+        check_output(out, force=force, kind="directory")
+        link_faiss_index(faiss_index, corpus, out, settings.dense)
+        typer.echo(f"linked {faiss_index} over {corpus} ({settings.dense.encoder}) at {out}")
+        return
     kind_: Kind = kind  # type: ignore[assignment]
     build_index(
         kind_, require_file(corpus, "corpus file"), out, settings, force=force, shards=shards

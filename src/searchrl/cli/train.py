@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from searchrl.cli.common import ForceOption, require_dir
+from searchrl.cli.common import ForceOption, InputError, require_dir
 from searchrl.config.loading import load_config
 from searchrl.config.sft import SFTConfig
 from searchrl.config.train import DataConfig, PolicyConfig, TrainConfig
@@ -34,12 +34,28 @@ def resolve_preset(name: str) -> Path:
     raise typer.BadParameter(f"no config file or preset named {name!r} (presets: {known})")
 
 
+DATA_DOCS = "docs/data.md#the-papers-data"
+"""Where the paper presets' files are described (download steps)."""
+
+
 def check_sources(data: DataConfig, policy: PolicyConfig) -> None:
-    """The directories a config points at must exist before minutes of model loading."""
+    """The files and directories a config points at must exist before minutes of model
+    loading, and before a world is generated in their place: one line names the first one
+    missing (the paper presets name files a user downloads first)."""
+    from searchrl.data.sources import missing_input
+
+    for specs, key in ((data.train_files, "data.train_files"), (data.val_files, "data.val_files")):
+        missing = missing_input(specs, key)
+        if missing:
+            raise InputError(f"{missing} (how to get the papers' data: {DATA_DOCS})")
     if data.world_dir:
         require_dir(Path(data.world_dir), "data.world_dir")
-    if data.index_dir:
-        require_dir(Path(data.index_dir), "data.index_dir")
+    index = Path(data.index_dir) if data.index_dir and data.retriever != "remote" else None
+    if index is not None and not (index / "manifest.json").is_file():
+        raise InputError(
+            f"data.index_dir: {index} not found or not an index (no manifest.json; "
+            f"build one with `searchrl index`, see {DATA_DOCS})"
+        )
     if policy.init_checkpoint:
         require_dir(Path(policy.init_checkpoint), "policy.init_checkpoint")
 

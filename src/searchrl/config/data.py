@@ -135,3 +135,25 @@ class MixConfig:
         """A mix needs at least one source."""
         if not self.sources:
             raise ConfigError("sources: a mix needs at least one benchmark name")
+
+
+@dataclass(frozen=True)
+class GroundingConfig:
+    """Reference trajectories for real questions, which have no scripted solver: search the
+    question, keep the question when a gold answer is in the passages, and write the transcript
+    a searcher would (`data.grounded`). What a 135M model can imitate: copy the question as
+    the query, quote the passage sentence that holds the answer, copy the answer."""
+
+    bridge: bool = True
+    """When the first search misses, try a second search for an entity the first passages
+    name (HotpotQA's bridge questions: the film's passage names the director, whose own
+    passage holds the birthplace); keep it when that search finds a gold answer."""
+    bridge_candidates: PositiveInt = 6
+    """Most entities of the first passages tried as the second query, in order of appearance
+    (passage titles first)."""
+    quote_words: PositiveInt = 30
+    """The final thought quotes the sentence holding the answer, cut to this many words
+    around it."""
+    max_questions: NonNegativeInt = 0
+    """Ground at most the first N training questions (0: all); grounding searches every
+    question once and up to `bridge_candidates` more times."""

@@ -46,6 +46,8 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
         return value
     if origin in (tuple, list):
+        if isinstance(value, str) and args in ((str, Ellipsis), (str,)):
+            value = [value]  # `data.train_files=a.parquet`: a list of one path
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         fixed = [a for a in args if a is not Ellipsis] if Ellipsis not in args else []
@@ -74,6 +76,8 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if annotation is str:
         if isinstance(value, str):
             return value
+        if value is None:  # `data.index_dir=` (or `index_dir:` in YAML) clears the path
+            return ""
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
 

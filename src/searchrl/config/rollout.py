@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from searchrl.config.checks import NonNegativeFloat, NonNegativeInt, PositiveInt, Range
+from searchrl.config.errors import ConfigError
 
 TopP = Annotated[float, Range(gt=0, le=1)]
+PROMPT_TEMPLATES = ("search-r1",)
+"""Named prompt templates (`data.templates` holds their text)."""
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,23 @@ class RolloutConfig:
     use_chat_template: bool = True
     """Wrap the Search-R1 prompt in the tokenizer's chat template (instruct models); a
     tokenizer without a template gets the plain text either way."""
+
+    prompt_template: str = "search-r1"
+    """The instruction the policy sees with search on: `search-r1` (the paper's Table 1, the
+    bytes the released checkpoints were trained on) or your own text with a `{question}`
+    placeholder (the question stripped, with a "?" appended when it lacks one)."""
+
+    file_prompt: bool = True
+    """A question whose file carries its own prompt (Search-R1 parquet's `prompt` column)
+    gets that prompt as written, as veRL feeds it; off: every question gets
+    `prompt_template`. With search off (R1) the R1 prompt is always used."""
+
+    def validate(self) -> None:
+        """A custom template must say where the question goes."""
+        if self.prompt_template not in PROMPT_TEMPLATES and "{question}" not in (
+            self.prompt_template
+        ):
+            raise ConfigError(
+                f"prompt_template: {self.prompt_template[:40]!r} is neither a known template "
+                f"({', '.join(PROMPT_TEMPLATES)}) nor a text with a {{question}} placeholder"
+            )

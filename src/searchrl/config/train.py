@@ -19,7 +19,7 @@ from searchrl.config.checks import (
     PositiveInt,
     UrlOrEmpty,
 )
-from searchrl.config.data import WorldConfig
+from searchrl.config.data import GroundingConfig, WorldConfig
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.overlap import OverlapConfig
@@ -66,23 +66,38 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where questions, corpus and index come from."""
+    """Where questions, corpus and index come from: real QA files (`train_files`, searched
+    through `index_dir`) or the synthetic world (`world_dir`, or one generated)."""
 
+    train_files: tuple[str, ...] = ()
+    """Training questions, one spec or a list (veRL's and Search-R1's name): a Search-R1
+    parquet (its `prompt` column is used as written), a FlashRAG JSONL, `hf:NAME:SPLIT` (the
+    `hf` extra), or a world directory; `PATH[a:b]` keeps rows a..b-1 of a file. Several mix
+    into one shuffled pool (the paper's NQ + HotpotQA), each question's GRPO group keyed by
+    `<source>:<id>`. Empty: the world's `train_split`. Relative paths are read from the
+    working directory."""
+    val_files: tuple[str, ...] = ()
+    """Held-out questions for `val/test_score/<source>`, specs as in `train_files` (a world
+    directory gives its `eval_split`). Needed with `train_files` when `eval_size > 0`."""
     world_dir: str = ""
     """Directory written by `searchrl data world` (corpus, splits, reference trajectories).
-    Empty: generate `world` into the run folder."""
+    Empty and no `train_files`: generate `world` into the run folder."""
     world: WorldConfig = field(default_factory=WorldConfig)
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
-    """Prebuilt BM25 index; empty builds one from the corpus in memory."""
+    """Any index `searchrl index` builds or links (BM25, dense Flat/IVF-PQ/HNSW with its
+    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process; empty
+    builds BM25 over the world's corpus in memory. Needed with `train_files` unless
+    `retriever: remote`."""
     retriever: Literal["bm25", "remote"] = "bm25"
-    """`bm25` searches the world in-process; `remote` sends every search to a Search-R1
-    compatible `/retrieve` server at `remote.url` (e.g. `searchrl serve`), as the paper trains.
-    A search that still fails after the client's retries fails only its trajectories."""
+    """`bm25` searches in process (`index_dir`, whatever its kind, else the world's corpus
+    with BM25); `remote` sends every search to a Search-R1 compatible `/retrieve` server at
+    `remote.url` (e.g. `searchrl serve`), as the paper trains. A search that still fails
+    after the client's retries fails only its trajectories."""
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     """Client settings (URL, per-attempt timeout, retries, backoff) for `retriever: remote`."""
     train_split: NonEmptyStr = "train"
-    """Question split sampled for training."""
+    """World split sampled for training (when `train_files` is empty)."""
     exclude_trained_by: str = ""
     """A `searchrl sft` run folder (its `trained_questions.txt`) or a file of question ids,
     one a line: those questions are left out of the RL pool. The warm start has memorised the
@@ -93,9 +108,24 @@ class DataConfig:
     (each pass over the pool is a weighted shuffle: heavier questions tend to come first);
     empty = uniform. Hop counts past the tuple take its last weight."""
     eval_split: NonEmptyStr = "test"
-    """Held-out split used for `val/test_score/<source>`."""
+    """World split used for `val/test_score/<source>` (when `val_files` is empty)."""
     eval_size: NonNegativeInt = 32
     """Held-out questions evaluated (greedy) every `eval_every` steps; 0 disables."""
+    mix_seed: int = 0
+    """Seed of the shuffle that pools several `train_files` / `val_files` (the first
+    `eval_size` held-out questions are then a mix of their sources)."""
+    grounding: GroundingConfig = field(default_factory=GroundingConfig)
+    """How reference trajectories are made for real questions (`searchrl sft`)."""
+
+    def validate(self) -> None:
+        """Real questions need a search engine."""
+        if self.val_files and not self.train_files:
+            raise ConfigError("val_files: give data.train_files too (or neither)")
+        if self.train_files and self.retriever != "remote" and not self.index_dir:
+            raise ConfigError(
+                "index_dir: data.train_files needs an index to search (build one with "
+                "`searchrl index --kind bm25|dense --corpus C --out IDX`) or data.retriever=remote"
+            )
 
 
 @dataclass(frozen=True)
@@ -327,14 +357,20 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value
-        for a meta prompt, so joint optimization needs a critic-free estimator. Distillation
-        reads the steps' trajectories back from the run folder."""
+        for a meta prompt, so joint optimization needs a critic-free estimator. Real training
+        questions come with no held-out split of their own. Distillation reads the steps'
+        trajectories back from the run folder."""
         if self.refiner.joint and self.uses_critic:
             raise ConfigError("refiner.joint: needs a critic-free algo.advantage (grpo, rloo)")
         if self.distill.every and not self.logging.save_trajectories:
             raise ConfigError(
                 "distill.every: reads each step's trajectories from the run folder; "
                 "set logging.save_trajectories=true"
+            )
+        if self.data.train_files and self.data.eval_size > 0 and not self.data.val_files:
+            raise ConfigError(
+                "data.val_files: data.eval_size > 0 evaluates held-out questions; give "
+                "data.val_files or set data.eval_size=0"
             )
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,7 @@ def _parquet_question(row: dict[str, Any], where: str) -> Question:
     except (KeyError, TypeError) as err:
         missing = "reward_model.ground_truth.target or extra_info.index"
         raise DataError(f"{where}: missing {missing}") from err
+    prompt = _file_prompt(row.get("prompt"), where)
     question = row.get("question") or _question_from_prompt(row.get("prompt"), where)
     metadata = row.get("metadata") or {}
     if isinstance(metadata, str):
@@ -161,7 +162,25 @@ def _parquet_question(row: dict[str, Any], where: str) -> Question:
         "hops": row.get("hops"),
         "metadata": metadata,
     }
-    return question_from_row(flat, source, where)
+    return replace(question_from_row(flat, source, where), prompt=prompt)
+
+
+def _file_prompt(prompt: Any, where: str) -> str:
+    """The user message of a row's `prompt` column (`[{"role": "user", "content": …}]`), or ""
+    when the row has none. The chat template is applied later, as veRL applies it; a prompt of
+    several messages is refused rather than cut to one."""
+    if prompt is None:
+        return ""
+    if not isinstance(prompt, (list, tuple)) or len(prompt) != 1:
+        count = len(prompt) if isinstance(prompt, (list, tuple)) else type(prompt).__name__
+        raise DataError(f"{where}: 'prompt' must be one user message, got {count}")
+    message = prompt[0]
+    if not isinstance(message, dict) or message.get("role") != "user":
+        raise DataError(f"{where}: 'prompt' must be one message with role 'user'")
+    content = message.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise DataError(f"{where}: the prompt's message has no text")
+    return content
 
 
 def _question_from_prompt(prompt: Any, where: str) -> str:
@@ -197,7 +216,7 @@ def load_hf_dataset(name: str, split: str | None = None) -> list[Question]:
     except ImportError as err:
         raise DataError(
             f"loading {name!r} from the Hugging Face Hub needs the `datasets` package "
-            "(pip install datasets); or pass a local FlashRAG JSONL / Search-R1 parquet file"
+            "(pip install 'searchrl[hf]'); or pass a local FlashRAG JSONL / Search-R1 parquet file"
         ) from err
     rows = datasets.load_dataset(HF_COLLECTION, name, split=split)
     where = f"{HF_COLLECTION}/{name}/{split}"

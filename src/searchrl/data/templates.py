@@ -36,6 +36,18 @@ def search_r1_prompt(question: str) -> str:
     return SEARCH_R1_TEMPLATE.format(question=normalize_question(question))
 
 
+TEMPLATES = {"search-r1": SEARCH_R1_TEMPLATE}
+"""The named templates `rollout.prompt_template` may give (config.rollout.PROMPT_TEMPLATES)."""
+
+
+def search_prompt(question: str, template: str = "search-r1") -> str:
+    """The search instruction for `question`: a named template (`search-r1`) or a text with a
+    `{question}` placeholder, filled with the normalized question. Only that placeholder is
+    replaced, so other braces in a custom template stay as written."""
+    text = TEMPLATES.get(template, template)
+    return text.replace("{question}", normalize_question(question))
+
+
 def render_chat(tokenizer: ChatTokenizer | None, user_text: str) -> str:
     """Wrap `user_text` in the tokenizer's chat template (instruct models), or return it as is
     when the tokenizer has no template (base models)."""

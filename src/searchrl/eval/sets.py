@@ -20,6 +20,7 @@ from searchrl.data.benchmarks import (
     load_hf_dataset,
     load_questions,
 )
+from searchrl.data.sources import load_spec, parse_spec
 from searchrl.types import Question
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -29,9 +30,9 @@ EVAL_SPLITS = ("test", "dev", "validation")
 
 def load_sets(sources: Sequence[str], limit: int) -> list[Question]:
     """Questions of every source, the first `limit` of each set (0 = all): a file (FlashRAG
-    JSONL, Search-R1 parquet, a world split), a folder of such files, one set's FlashRAG
-    folder, a FlashRAG root of such folders, or `hf:NAME[:SPLIT]` (where the Hub is
-    reachable)."""
+    JSONL, Search-R1 parquet, a world split) or its rows `FILE[a:b]`, a folder of such files,
+    one set's FlashRAG folder, a FlashRAG root of such folders, or `hf:NAME[:SPLIT]` (where
+    the Hub is reachable)."""
     questions: list[Question] = []
     for source in sources:
         for loaded in _load_source(source):
@@ -73,6 +74,10 @@ def eval_split_file(folder: Path) -> Path:
 
 
 def _load_source(source: str) -> Iterator[list[Question]]:
+    spec = parse_spec(source)
+    if spec.start is not None or spec.stop is not None:  # `FILE[a:b]`: rows a..b-1
+        yield load_spec(spec, "test")
+        return
     if source.startswith("hf:"):
         name, _, split = source[3:].partition(":")
         yield load_hf_dataset(name, split or None)

@@ -129,3 +129,39 @@ def open_faiss_index(
         )
     corpus = CorpusInfo(sha256="", rows=len(docs), path=str(Path(corpus_file).resolve()))
     return DenseRetriever(encoder, index, docs, config, corpus)
+
+
+FAISS_KIND = "faiss"
+"""The manifest kind of an index directory that links a faiss index built elsewhere."""
+
+
+def link_faiss_index(
+    faiss_file: str | Path, corpus_file: str | Path, out: str | Path, config: DenseConfig
+) -> Path:
+    """An index directory over a faiss index and its corpus built elsewhere (Search-R1's
+    wiki-18 E5 download): only `manifest.json`, naming both files by absolute path and the
+    encoder that made the vectors. Nothing is copied or encoded, so `data.index_dir`,
+    `searchrl eval --index` and `searchrl serve --index` open the 21M-passage index like any
+    of ours; the row count and the encoder's dimension are checked when it is opened."""
+    from searchrl.retrieval.manifest import write_manifest
+
+    for path, what in ((faiss_file, "faiss index file"), (corpus_file, "corpus file")):
+        if not Path(path).is_file():
+            raise RetrievalError(f"{what} not found: {path}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = CorpusInfo(sha256="", rows=0, path=str(Path(corpus_file).resolve()))
+    params = {"faiss_index": str(Path(faiss_file).resolve())}
+    write_manifest(out, FAISS_KIND, corpus, params, config.encoder)
+    return out
+
+
+def open_linked(directory: str | Path, config: DenseConfig) -> DenseRetriever:
+    """Open a directory written by `link_faiss_index` (query-time settings from `config`)."""
+    from searchrl.retrieval.manifest import read_manifest
+
+    manifest = read_manifest(directory)
+    if manifest.corpus.path is None or manifest.encoder is None:
+        raise RetrievalError(f"{directory}: a faiss link needs its corpus path and encoder")
+    settings = replace(config, encoder=manifest.encoder)
+    return open_faiss_index(manifest.params["faiss_index"], manifest.corpus.path, settings)

@@ -30,7 +30,7 @@ from rich.progress import (
 )
 
 from searchrl.config import from_dict
-from searchrl.config.retrieval import HybridConfig, RetrievalConfig
+from searchrl.config.retrieval import DenseConfig, HybridConfig, RetrievalConfig
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.retrieval.bm25 import BM25Retriever
 from searchrl.retrieval.corpus import CorpusError, CorpusReader, fingerprint_file
@@ -96,6 +96,10 @@ def load_index(
     if manifest.kind == "hybrid":
         first, second = (load_index(directory / name, config=config) for name, _ in HYBRID_PARTS)
         return HybridRetriever(first, second, from_dict(HybridConfig, manifest.params))
+    if manifest.kind == "faiss":
+        from searchrl.retrieval.external import open_linked
+
+        return open_linked(directory, config.dense if config else DenseConfig())
     if manifest.kind == "sharded":
         shards = [load_index(d, config=config) for d in shard_directories(directory)]
         return ShardedRetriever(shards)

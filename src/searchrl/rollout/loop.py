@@ -90,6 +90,20 @@ class _Tokenizer:
         return self._tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
 
 
+def observation_ids(tokenizer: object, text: str, max_obs_tokens: int) -> tuple[list[int], bool]:
+    """Token ids of an env text as the engine inserts it, and whether it was cut: an
+    `<information>` block longer than `max_obs_tokens` keeps its first tokens and its closing
+    `</information>\n\n`. Reference transcripts for SFT are cut by the same function, so the
+    warm start never reads passages that RL would not show."""
+    tok = _Tokenizer(tokenizer)
+    ids = tok.encode(text)
+    if not text.endswith(INFORMATION_CLOSE) or len(ids) <= max_obs_tokens:
+        return ids, False
+    close = tok.encode(INFORMATION_CLOSE)
+    body = tok.encode(text[: -len(INFORMATION_CLOSE)])
+    return body[: max(max_obs_tokens - len(close), 0)] + close, True
+
+
 class RolloutEngine:
     """Runs rows through the protocol with one backend, one tokenizer and one retriever."""
 
@@ -104,11 +118,11 @@ class RolloutEngine:
     ):
         self.backend = backend
         self.observer = observer
+        self.tokenizer = tokenizer
         self.tok = _Tokenizer(tokenizer)
         self.retriever = retriever
         self.config = config
         self.seed = seed
-        self._close_ids = self.tok.encode(INFORMATION_CLOSE)
         self._stop = (
             config.stop if config.search else tuple(s for s in config.stop if s != SEARCH_CLOSE)
         )
@@ -266,13 +280,8 @@ class RolloutEngine:
         budget keeping `</information>\\n\\n`; any env text that cannot fit under the total cap
         is not inserted at all, and the row ends truncated."""
         room = self.config.max_total_tokens - row.length
-        ids = self.tok.encode(row.pending_env)
-        is_observation = row.pending_env.endswith(INFORMATION_CLOSE)
-        if is_observation and len(ids) > self.config.max_obs_tokens:
-            body = self.tok.encode(row.pending_env[: -len(INFORMATION_CLOSE)])
-            keep = max(self.config.max_obs_tokens - len(self._close_ids), 0)
-            ids = body[:keep] + self._close_ids
-            row.traj.stats.info_truncated += 1
+        ids, cut = observation_ids(self.tokenizer, row.pending_env, self.config.max_obs_tokens)
+        row.traj.stats.info_truncated += int(cut)
         row.pending_env = ""
         row.overflow = len(ids) > room
         if not row.overflow:
@@ -315,16 +324,12 @@ def run_rollouts(
     continuation. Returns finished trajectories with `answer` and `metrics` filled;
     `observer` sees every segment as it is appended."""
     if prefixes is None:
-        starts = fresh_trajectories(
-            tokenizer, questions, n_samples, config.use_chat_template, config.search
-        )
+        starts = fresh_trajectories(tokenizer, questions, n_samples, config)
     else:
         if len(prefixes) != len(questions) or n_samples != 1:
             raise ValueError("prefixes need one entry per question and n_samples == 1")
         starts = [
-            continue_from(p)
-            if p is not None
-            else fresh_trajectories(tokenizer, [q], 1, config.use_chat_template, config.search)[0]
+            continue_from(p) if p is not None else fresh_trajectories(tokenizer, [q], 1, config)[0]
             for q, p in zip(questions, prefixes, strict=True)
         ]
     return RolloutEngine(backend, tokenizer, retriever, config, seed, observer).run(starts)

@@ -11,7 +11,8 @@ import copy
 import hashlib
 from collections.abc import Sequence
 
-from searchrl.data.templates import r1_prompt, render_chat, search_r1_prompt
+from searchrl.config.rollout import RolloutConfig
+from searchrl.data.templates import r1_prompt, render_chat, search_prompt
 from searchrl.types import Question, Trajectory, TrajectoryStats
 
 
@@ -26,12 +27,29 @@ def row_seed(seed: int, traj_id: str, turn: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def render_prompt(
-    tokenizer: object, question: str, use_chat_template: bool, search: bool = True
+def user_text(
+    question: Question, search: bool = True, template: str = "search-r1", file_prompt: bool = True
 ) -> str:
-    """The Search-R1 prompt (the R1 prompt, without search, when `search` is off), inside the
-    chat template when asked and available."""
-    text = search_r1_prompt(question) if search else r1_prompt(question)
+    """What the policy is asked, before any chat template: the question's own prompt from its
+    file (when it has one and `file_prompt`), else `template` filled with the question; the R1
+    prompt, without search, when `search` is off."""
+    if not search:
+        return r1_prompt(question.question)
+    if file_prompt and question.prompt:
+        return question.prompt
+    return search_prompt(question.question, template)
+
+
+def render_prompt(
+    tokenizer: object,
+    question: str,
+    use_chat_template: bool,
+    search: bool = True,
+    template: str = "search-r1",
+) -> str:
+    """The search prompt (`template`; the R1 prompt, without search, when `search` is off),
+    inside the chat template when asked and available."""
+    text = search_prompt(question, template) if search else r1_prompt(question)
     return render_chat(tokenizer, text) if use_chat_template else text  # type: ignore[arg-type]
 
 
@@ -46,14 +64,16 @@ def fresh_trajectories(
     tokenizer: object,
     questions: Sequence[Question],
     n_samples: int,
-    use_chat_template: bool,
-    search: bool = True,
+    config: RolloutConfig,
 ) -> list[Trajectory]:
-    """`n_samples` empty trajectories per question, grouped by question (GRPO groups)."""
+    """`n_samples` empty trajectories per question, grouped by question (GRPO groups), each
+    prompted as `config` says (`user_text`, then the chat template when asked)."""
+    chat = config.use_chat_template
     starts = []
     for question in questions:
-        prompt = render_prompt(tokenizer, question.question, use_chat_template, search)
-        prompt_ids = encode_prompt(tokenizer, prompt, use_chat_template)
+        text = user_text(question, config.search, config.prompt_template, config.file_prompt)
+        prompt = render_chat(tokenizer, text) if chat else text  # type: ignore[arg-type]
+        prompt_ids = encode_prompt(tokenizer, prompt, chat)
         for sample in range(n_samples):
             starts.append(
                 Trajectory(

@@ -167,7 +167,7 @@ def _explain_rl(config: TrainConfig, world_dir: Path, sft_dir: Path, console: Co
     held_out = load_flashrag_jsonl(world_dir / f"{config.data.eval_split}.jsonl", "world")
     trained_ids = read_question_ids(sft_dir)
     train = load_flashrag_jsonl(world_dir / f"{config.data.train_split}.jsonl", "world")
-    trained = [q for q in train if q.uid.partition(":")[2] in trained_ids]
+    trained = [q for q in train if q.uid in trained_ids]
     measured = leakage(held_out[: config.data.eval_size], trained)
     console.print(
         f"held-out questions with a hop fact stated in the warm start's references: "

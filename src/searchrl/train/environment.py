@@ -6,8 +6,8 @@ Kept apart from the trainer so that `train.loop` stays about RL and tests can ha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -16,8 +16,11 @@ from torch import nn
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.config.train import DataConfig, PolicyConfig
-from searchrl.data.benchmarks import load_flashrag_jsonl
+from searchrl.data.benchmarks import DataError, load_flashrag_jsonl
+from searchrl.data.grounded import ground_references
+from searchrl.data.sources import WORLD_SOURCE, load_sources, missing_input, parse_spec
 from searchrl.data.world import Reference, generate_world, load_references, write_world
+from searchrl.data.world.solver import write_references
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.loading import (
     generation_backend,
@@ -33,23 +36,44 @@ from searchrl.train.ports import RolloutFn
 from searchrl.types import Question
 from searchrl.utils.output import atomic_directory
 
-WORLD_SOURCE = "world"
-
 
 @dataclass
 class Environment:
-    """Everything outside the networks that a run needs."""
+    """Everything outside the networks that a run needs: the questions of each split, their
+    reference transcripts and the search engine.
 
-    world_dir: Path
+    Splits come from `data.train_files` / `data.val_files` (real QA files, a world among
+    them if named) or, without them, from the world's split files. References are the
+    world's scripted transcripts for world questions and transcripts grounded in retrieval
+    (`data.grounded`) for the others, built once per run folder."""
+
+    world_dir: Path | None
     retriever: Retriever
     splits: dict[str, list[Question]]
+    data: DataConfig = field(default_factory=DataConfig)
+    out_dir: Path | None = None
+    topk: int = 3
+    progress: bool = True
+
+    def _specs(self, split: str) -> tuple[str, ...]:
+        if split == self.data.train_split:
+            return self.data.train_files
+        if split == self.data.eval_split:
+            return self.data.val_files
+        return ()
 
     def questions(self, split: str) -> list[Question]:
-        """Questions of one split (train, dev, test)."""
+        """Questions of one split: `data.train_files` for `data.train_split`, `val_files`
+        for `data.eval_split`, else the world's split file."""
         if split not in self.splits:
-            self.splits[split] = load_flashrag_jsonl(
-                self.world_dir / f"{split}.jsonl", WORLD_SOURCE
-            )
+            specs = self._specs(split)
+            if specs:
+                self.splits[split] = load_sources(specs, split, self.data.mix_seed)
+            elif self.world_dir is not None:
+                path = self.world_dir / f"{split}.jsonl"
+                self.splits[split] = load_flashrag_jsonl(path, WORLD_SOURCE)
+            else:
+                raise DataError(f"no questions for the {split!r} split: no files and no world")
         return self.splits[split]
 
     def training_pool(self, data: DataConfig) -> list[Question]:
@@ -59,7 +83,7 @@ class Environment:
         if not data.exclude_trained_by:
             return questions
         excluded = read_question_ids(Path(data.exclude_trained_by))
-        pool = [q for q in questions if _short_id(q.uid) not in excluded]
+        pool = [q for q in questions if q.uid not in excluded]
         if not pool:
             raise ValueError(
                 f"data.exclude_trained_by={data.exclude_trained_by}: it names every question "
@@ -67,56 +91,104 @@ class Environment:
             )
         return pool
 
-    def references(self, split: str) -> list[Reference]:
-        """The world's scripted reference trajectories for one split."""
-        return load_references(self.world_dir / f"references_{split}.jsonl")
+    def references(
+        self, split: str, visible: Callable[[str], str] | None = None
+    ) -> list[Reference]:
+        """Reference transcripts of one split's questions: the world's scripted ones, and
+        grounded ones for real questions (written to `<out>/references_<split>.jsonl`), where
+        `visible` is what the policy is shown of an `<information>` block."""
+        specs = self._specs(split)
+        if not specs:
+            assert self.world_dir is not None
+            return load_references(self.world_dir / f"references_{split}.jsonl")
+        refs: list[Reference] = []
+        for world in {parse_spec(s).path for s in specs if parse_spec(s).world}:
+            refs += load_references(world / f"references_{split}.jsonl")
+        real = [q for q in self.questions(split) if q.source != WORLD_SOURCE]
+        if real:
+            refs += self._grounded(split, real, visible)
+        order = {q.uid: i for i, q in enumerate(self.questions(split))}
+        return sorted((r for r in refs if _uid(r) in order), key=lambda r: order[_uid(r)])
+
+    def _grounded(
+        self, split: str, questions: list[Question], visible: Callable[[str], str] | None
+    ) -> list[Reference]:
+        refs = ground_references(
+            questions, self.retriever, self.topk, self.data.grounding,
+            visible=visible, progress=self.progress,
+        )  # fmt: skip
+        if self.out_dir is not None:  # the record of what the warm start imitated
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            write_references(refs, self.out_dir / f"references_{split}.jsonl")
+        return refs
+
+
+def _uid(reference: Reference) -> str:
+    """World references carry the bare question id; grounded ones the uid."""
+    return reference.id if ":" in reference.id else f"{WORLD_SOURCE}:{reference.id}"
 
 
 TRAINED_QUESTIONS = "trained_questions.txt"
 """What `searchrl sft` writes into its run folder: the ids of the questions it trained on."""
 
 
-def _short_id(uid: str) -> str:
-    """`world:train_12` and `train_12` name the same question (references drop the source)."""
-    return uid.partition(":")[2] or uid
-
-
 def read_question_ids(path: Path) -> set[str]:
-    """Question ids from a file (one a line) or a `searchrl sft` run folder holding one."""
+    """Question uids from a file (one a line) or a `searchrl sft` run folder holding one; a
+    bare id (`train_12`, as world references name their question) is a world question's."""
     file = path / TRAINED_QUESTIONS if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(
             f"data.exclude_trained_by={path}: no {TRAINED_QUESTIONS} there (written by "
             "`searchrl sft` since this version) and not a file of question ids"
         )
-    return {_short_id(line.strip()) for line in file.read_text().splitlines() if line.strip()}
+    ids = (line.strip() for line in file.read_text().splitlines())
+    return {i if ":" in i else f"{WORLD_SOURCE}:{i}" for i in ids if i}
 
 
-def prepare_world(data: DataConfig, out_dir: Path) -> Path:
-    """The world directory: `data.world_dir`, or one generated once into `<out>/world`."""
+def prepare_world(data: DataConfig, out_dir: Path) -> Path | None:
+    """The world directory: `data.world_dir`, or one generated once into `<out>/world` when
+    no training files are named (real data never makes a world)."""
     if data.world_dir:
         return Path(data.world_dir)
+    if data.train_files:
+        return None
     target = out_dir / "world"
     if not (target / "manifest.json").is_file():
         write_world(generate_world(data.world), target)
     return target
 
 
-def build_environment(data: DataConfig, out_dir: Path) -> Environment:
-    """World files plus a BM25 retriever over its corpus (a prebuilt index when given), or a
-    client of a remote `/retrieve` server."""
-    from searchrl.retrieval.bm25 import BM25Retriever
-
-    world_dir = prepare_world(data, out_dir)
+def open_search(data: DataConfig, world_dir: Path | None) -> Retriever:
+    """The run's search engine: a remote `/retrieve` server, the index `data.index_dir`
+    (any kind `searchrl index` builds, searched in this process), or BM25 over the world's
+    corpus built in memory."""
     if data.retriever == "remote":
         from searchrl.retrieval.remote import RemoteRetriever
 
-        retriever: Retriever = RemoteRetriever(data.remote)
-    elif data.index_dir:
-        retriever = BM25Retriever.load(data.index_dir)
-    else:
-        retriever = BM25Retriever.build(read_corpus(world_dir / "corpus.jsonl"))
-    return Environment(world_dir=world_dir, retriever=retriever, splits={})
+        return RemoteRetriever(data.remote)
+    if data.index_dir:
+        from searchrl.retrieval.index import load_index
+
+        return load_index(data.index_dir)
+    from searchrl.retrieval.bm25 import BM25Retriever
+
+    if world_dir is None:
+        raise DataError("data.index_dir: real training questions need an index to search")
+    return BM25Retriever.build(read_corpus(world_dir / "corpus.jsonl"))
+
+
+def build_environment(
+    data: DataConfig, out_dir: Path, *, topk: int = 3, progress: bool = True
+) -> Environment:
+    """Questions, references and the search engine of a run (see `Environment`)."""
+    missing = missing_input(data.train_files, "data.train_files") or missing_input(
+        data.val_files, "data.val_files"
+    )
+    if missing:
+        raise DataError(missing)
+    world_dir = prepare_world(data, out_dir)
+    retriever = open_search(data, world_dir)
+    return Environment(world_dir, retriever, {}, data, out_dir, topk, progress)
 
 
 def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, object]:

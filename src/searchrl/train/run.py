@@ -253,7 +253,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     if main:
         write_config(config, out_dir)
     dist.barrier()
-    env = build_environment(config.data, out_dir)
+    env = build_environment(
+        config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
+    )
     policy, tokenizer = load_policy(config.model, config.policy)
     # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
     needs_reference = config.algo.kl_coef > 0
@@ -272,7 +274,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.training_pool(config.data)
-    held_out = env.questions(config.data.eval_split)[: config.data.eval_size]
+    size = config.data.eval_size
+    held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
     reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
     refiner = None
     if config.refiner.enabled:

@@ -24,6 +24,7 @@ from searchrl.train.models import use_bf16
 from searchrl.train.run import progress_bar, seed_everything, set_threads, write_config
 from searchrl.train.sft import (
     baseline_examples,
+    observation_view,
     reference_trajectory,
     rejection_sample,
     run_sft,
@@ -46,15 +47,22 @@ def sft(config: SFTConfig, out_dir: Path, progress: bool = True) -> dict[str, fl
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     write_config(config, out_dir)
-    env = build_environment(config.data, out_dir)
+    env = build_environment(config.data, out_dir, topk=config.rollout.topk, progress=progress)
     policy, tokenizer = load_policy(config.model, config.policy)
     use_chat = config.rollout.use_chat_template
     if config.source in ("references", "direct", "rag"):
-        refs = solved_references(env.references(config.data.train_split))
+        visible = observation_view(tokenizer, config.rollout.max_obs_tokens)
+        refs = solved_references(env.references(config.data.train_split, visible))
         random.Random(config.seed).shuffle(refs)
         refs = refs[: config.max_examples]  # the same questions whatever the format
         if config.source == "references":
-            examples = [reference_trajectory(r, tokenizer, use_chat) for r in refs]
+            rollout = config.rollout
+            examples = [
+                reference_trajectory(
+                    r, tokenizer, use_chat, rollout.prompt_template, rollout.max_obs_tokens
+                )
+                for r in refs
+            ]
         else:
             examples = baseline_examples(
                 refs, config.source, tokenizer, use_chat, env.retriever, config.rollout.topk

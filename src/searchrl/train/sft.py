@@ -37,6 +37,7 @@ from searchrl.config.sft import SFTConfig
 from searchrl.data.templates import direct_prompt, rag_prompt, render_chat
 from searchrl.data.world import Reference
 from searchrl.retrieval.base import Retriever
+from searchrl.rollout.loop import observation_ids
 from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device
@@ -64,12 +65,17 @@ class TokenizerLike:
 
 
 def reference_trajectory(
-    reference: Reference, tokenizer: object, use_chat_template: bool
+    reference: Reference,
+    tokenizer: object,
+    use_chat_template: bool,
+    template: str = "search-r1",
+    max_obs_tokens: int | None = None,
 ) -> Trajectory:
-    """A world reference → a token-level trajectory, segment by segment, EOS after the answer
-    so the model learns to stop."""
+    """A reference transcript → a token-level trajectory, segment by segment, EOS after the
+    answer so the model learns to stop; the prompt is `template`'s, and with
+    `max_obs_tokens` every `<information>` block is cut as the rollout cuts it."""
     tok = TokenizerLike(tokenizer)
-    prompt = render_prompt(tokenizer, reference.question, use_chat_template)
+    prompt = render_prompt(tokenizer, reference.question, use_chat_template, template=template)
     traj = Trajectory(
         id=reference.id,
         question=reference.question,
@@ -80,11 +86,26 @@ def reference_trajectory(
         answer=reference.answer,
     )
     for segment in reference.segments:
-        traj.append(segment["role"], segment["text"], tok.encode(segment["text"]))  # type: ignore[arg-type]
+        text, ids = segment["text"], tok.encode(segment["text"])
+        if segment["role"] == "env" and max_obs_tokens is not None:
+            ids, cut = observation_ids(tokenizer, text, max_obs_tokens)
+            text = tokenizer.decode(ids, skip_special_tokens=False) if cut else text  # type: ignore[attr-defined]
+        traj.append(segment["role"], text, ids)  # type: ignore[arg-type]
     if tok.eos_id is not None and traj.segments and traj.segments[-1].role == "policy":
         traj.segments[-1].token_ids.append(tok.eos_id)
         traj.stats.policy_tokens += 1
     return traj
+
+
+def observation_view(tokenizer: object, max_obs_tokens: int) -> Callable[[str], str]:
+    """What the policy is shown of an `<information>` block under the rollout's budget:
+    grounded references keep only answers that survive the cut."""
+
+    def view(text: str) -> str:
+        ids, cut = observation_ids(tokenizer, text, max_obs_tokens)
+        return tokenizer.decode(ids, skip_special_tokens=False) if cut else text  # type: ignore[attr-defined]
+
+    return view
 
 
 def answer_trajectory(

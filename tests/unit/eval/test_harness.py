@@ -203,6 +203,8 @@ def test_load_sets_limits_each_set(tmp_path) -> None:
     assert [q.uid for q in loaded] == ["hotpotqa:0", "hotpotqa:1", "nq:0", "nq:1"]
     with pytest.raises(ValueError, match="twice"):
         load_sets([str(tmp_path / "nq.jsonl"), str(tmp_path / "nq.jsonl")], limit=0)
+    rows = load_sets([f"{tmp_path / 'nq.jsonl'}[3:]", str(tmp_path / "hotpotqa.jsonl")], limit=1)
+    assert [q.uid for q in rows] == ["nq:3", "hotpotqa:0"]  # a row cut, then the limit
 
 
 def test_search_r2_runs_record_the_refiner_settings() -> None:

@@ -34,7 +34,7 @@ def test_the_warm_starts_questions_are_left_out(tmp_path: Path) -> None:
     assert len(env.training_pool(DataConfig())) == 5
     ids = tmp_path / "ids.txt"
     ids.write_text("world:train_4\n\n")
-    assert read_question_ids(ids) == {"train_4"}
+    assert read_question_ids(ids) == {"world:train_4"}
 
 
 def test_excluding_everything_or_nothing_readable_is_an_error(tmp_path: Path) -> None:

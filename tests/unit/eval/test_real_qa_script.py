@@ -1,0 +1,104 @@
+"""`benchmarks/real_qa.py`: each arm differs from Search-R1 by its one setting, the trained
+policies are evaluated under their recipe's budgets, and the table and archive are built from
+what the stages left."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import real_qa
+import real_qa_report
+from searchrl.cli.train import resolve_preset
+from searchrl.config.loading import load_config
+from searchrl.config.sft import SFTConfig
+from searchrl.config.train import TrainConfig
+
+
+def _args(tmp_path: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        out=tmp_path / "out", qa=tmp_path / "qa", corpus=tmp_path / "c.jsonl", limit=100,
+        retriever="dense", seed=0, steps=20, rejection_questions=128, sft_set=[], rl_set=[],
+        batch_size=16,
+    )  # fmt: skip
+
+
+def _config(argv: list[str]):
+    """The config a `searchrl sft|train --config P --out D [--force|--resume] k=v…` loads."""
+    cls = SFTConfig if argv[3] == "sft" else TrainConfig
+    overrides = [a for a in argv[8:] if "=" in a and not a.startswith("--")]
+    return load_config(cls, resolve_preset(argv[5]), overrides)
+
+
+def test_the_arms_differ_from_search_r1_by_one_setting(tmp_path: Path) -> None:
+    args = _args(tmp_path)
+    r1 = _config(real_qa.train_command(args, "search-r1"))
+    assert r1.data.train_files == (
+        f"{args.qa}/nq.jsonl[1000:]",
+        f"{args.qa}/hotpotqa.jsonl[1000:]",
+    )
+    assert r1.policy.init_checkpoint.endswith("train/sft/model") and r1.steps == 20
+    assert r1.algo.mask_env and r1.rollout.search and r1.data.eval_size == 0
+    unmasked = _config(real_qa.train_command(args, "unmasked"))
+    assert not unmasked.algo.mask_env
+    assert _config(real_qa.train_command(args, "r1")).rollout.search is False
+    for name, source in (("sft", "references"), ("direct-ft", "direct"), ("rag-ft", "rag")):
+        config = _config(real_qa.train_command(args, name))
+        assert config.source == source and not config.policy.init_checkpoint
+        assert config.data.index_dir == str(args.out / "index" / "dense")
+    rejection = _config(real_qa.train_command(args, "rejection"))
+    assert rejection.source == "rejection" and rejection.max_examples == 128
+    assert rejection.policy.init_checkpoint.endswith("train/sft/model")
+
+
+def test_trained_search_policies_evaluate_under_their_recipe(tmp_path: Path) -> None:
+    args = _args(tmp_path)
+    cells = {c.name: real_qa.eval_command(args, c) for c in real_qa.CELLS}
+    assert "rollout.force_answer=true" in cells["search-r1-unmasked"]
+    assert "rollout.force_answer=true" not in cells["rag-ft"]
+    assert "--index" in cells["rag"] and "--index" not in cells["direct-ft"]
+    assert cells["search-r1-unmasked"][cells["search-r1-unmasked"].index("--model") + 1] == str(
+        args.out / "train" / "unmasked" / "model"
+    )
+    assert all(c[c.index("--limit") + 1] == "100" for c in cells.values())
+
+
+def _summary(method: str, em: float) -> dict:
+    estimate = {"mean": em, "low": em - 0.05, "high": em + 0.05}
+    block = {"em": estimate, "n": 100}
+    return {
+        "method": method,
+        "by_set": {"nq": block, "hotpotqa": block},
+        "by_category": {"general": block, "multi-hop": block},
+        "average": {"em": estimate, "subem": estimate},
+        "overall": {"n": 200, "em": estimate, "searches": {"mean": 1.5}},
+    }
+
+
+def test_the_table_and_the_archive_read_what_the_stages_left(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for name, em in (("sft", 0.1), ("search-r1", 0.2)):
+        folder = out / "evals" / name
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(_summary(name, em)))
+        row = {"id": "nq:1", "set": "nq", "em": em, "prediction": "long text", "searches": 1}
+        (folder / "samples.jsonl").write_text(json.dumps(row) + "\n")
+    comparison = {"mean_a": 0.2, "mean_b": 0.1, "diff": 0.1, "low": 0.02, "high": 0.18,
+                  "wins": 12, "losses": 2, "p_value": 0.01}  # fmt: skip
+    (out / "compare").mkdir()
+    (out / "compare" / "search-r1_vs_sft.json").write_text(
+        json.dumps({"rows": {"average": comparison, "nq": comparison}})
+    )
+    (out / "times.json").write_text(json.dumps({"train:sft": {"wall_s": 600, "cpu_s": 540}}))
+    text = real_qa_report.table_markdown(out, ["sft", "search-r1", "rag"], [("search-r1", "sft")])
+    assert "| search-r1 | search-r1 | 0.200 [0.15, 0.25] |" in text
+    assert "| search-r1 vs sft | 0.200 | 0.100 | +0.100 [+0.020, +0.180] | 12 / 2 |" in text
+    assert "| train:sft | 10.0 min | 9.0 min |" in text and "| rag |" not in text
+    written = real_qa_report.archive(out, tmp_path / "archive", ["sft", "search-r1"])
+    kept = json.loads((tmp_path / "archive" / "evals" / "sft" / "samples.jsonl").read_text())
+    assert kept == {"id": "nq:1", "set": "nq", "em": 0.1, "searches": 1}
+    assert tmp_path / "archive" / "MANIFEST.json" in written
