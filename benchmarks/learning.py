@@ -1,42 +1,45 @@
-"""Learning evidence over several seeds: does RL beat its own SFT warm start, and what does each
-lever of the recipe buy?
+"""Learning evidence over several seeds: does RL beat its own SFT warm start, on held-out
+questions of its own world and of a world it never saw, and what does each lever buy?
 
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2                 # the evidence
-    python benchmarks/learning.py --out runs/learning --seeds 0 --arms old no_drgrpo \\
-        no_answer_signal big_steps ppo                                             # the levers
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --summarize     # tables + PNG
+    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 3 4          # the evidence
+    python benchmarks/learning.py --out runs/learning --seeds 0 --arms distill std_scaled \
+        all_questions previous                                                   # the levers
+    python benchmarks/learning.py --out runs/learning --seeds 0 --arms weak --curve 100
+    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 3 4 --summarize \
+        --archive docs/evidence/learning                                         # tables + PNG
 
-As measured in docs/training.md (12 steps, 3 of them warm-up, vLLM's CPU build generating):
-
-    python benchmarks/learning.py --out runs/learning --seeds 0 1 2 --arms recipe --steps 12 \
-        --set optim.warmup_ratio=0.25 --engine vllm
-
-Per seed: a 1-4-hop world (`--train` / `--test` questions) and a world generated with seed
-`1000 + seed` the policies never see → BM25 indexes → `searchrl sft` (preset `tiny_cpu_sft`,
-`--sft-examples` references) and, for the `weak` arm, an SFT on `--weak-examples` → from
-those checkpoints, `--steps` RL steps of every requested arm (preset `tiny_cpu_grpo`, the
-recipe, plus the arm's overrides) → `searchrl eval --method search-r1` (greedy, every test
-question) of each warm start and each arm, with the recipe's rollout settings for all of them,
-so every model is read by the same protocol; the SFT start and the `recipe` arm also on the
-unseen world.
+Per seed: a 1-4-hop world (`--train` / `--test` questions; no train question chains a hop fact
+of a test question) and a world generated with seed `1000 + seed` the policies never see →
+BM25 indexes → `searchrl sft` (preset `tiny_cpu_sft`, `--sft-examples` references; `weak`:
+`--weak-examples`; `--curve N`: more warm starts, for what RL from the weak start is worth) →
+from those checkpoints, `--steps` RL steps of every requested arm (preset `tiny_cpu_grpo`, the
+recipe, plus the arm's overrides; the RL questions leave out the warm start's references) →
+`searchrl eval --method search-r1` (greedy, every test question of both worlds) of each warm
+start and each arm, with the recipe's rollout settings for all of them, so every model is read
+by the same protocol.
 
 | arm | what it is |
 |---|---|
 | `recipe` | the CPU recipe (`tiny_cpu_grpo`) from the SFT warm start |
 | `unmasked` | the recipe with retrieved tokens in the loss (the paper's ablation) |
 | `weak` | the recipe from a weak warm start (SFT on `--weak-examples` references) |
-| `old` | as landed before: per-trajectory mean, no answer signal, 4 turns, lr 1e-5 from step 1, |
-|  | one mini-batch |
-| `no_drgrpo` | the recipe with the per-trajectory mean (`seq-mean-token-mean`) |
-| `no_answer_signal` | the recipe without the forced answer and the no-answer penalty |
-| `big_steps` | the recipe with lr 1e-5, no warm-up, one mini-batch (no clipping) |
+| `distill` | the recipe with a self-distillation pass on its own correct multi-hop trajectories |
+|  | after step 12 |
+| `std_scaled` | the recipe with GRPO's division by the group std (half of Dr. GRPO undone) |
+| `all_questions` | the recipe on every train question (the warm start's included), uniform order |
+| `temp07` | the recipe sampling at temperature 0.7 |
+| `no_answer_penalty` | the recipe scoring a missing answer −0.5 (below a wrong one) |
+| `hard_first` | the recipe with 3- and 4-hop questions first in each pass |
+| `v1` | the first pilot of issue 56: both of the above, and the importance correction |
+| `previous` | the recipe before issue 56: 8 × 4 with two dynamic-sampling rounds, std scaling, |
+|  | two mini-batches, lr 3e-6, 12 steps, every train question |
 | `ppo` | the recipe's levers with PPO and its critic (GAE, KL in the reward) |
 
 Every stage is a CLI call whose output folder marks it done, so a killed benchmark resumes
 where it stopped (training resumes from its last checkpoint). SFT and RL wall and CPU times
 are recorded per seed (`times.json`; CPU = every process of the stage, engines included).
-Arms of one seed can run as separate processes side by side (`--arms ppo` on one core,
-`--arms big_steps` on the other): a stage is locked while it runs (`<seed>/.locks/`), a shared
+Arms of one seed can run as separate processes side by side (`--arms distill` on one core,
+`--arms std_scaled` on the other): a stage is locked while it runs (`<seed>/.locks/`), a shared
 warm start is trained once, and an evaluation the other process is running is left to it.
 """
 
@@ -67,9 +70,11 @@ class Seed:
         """Every stage the requested arms need, in the order they run."""
         warm = ["sft"] + (["sft_weak"] if any(ARMS[a][1] == "sft_weak" for a in self.args.arms)
                           else [])  # fmt: skip
+        warm += [f"sft_{n}" for n in self.args.curve]
         out = ["world", "cross", *warm, *(f"eval_{w}" for w in warm), "evalx_sft"]
+        out += [f"evalx_{w}" for w in warm if w != "sft"]
         for arm in self.args.arms:
-            out += [arm, f"eval_{arm}"] + (["evalx_recipe"] if arm == "recipe" else [])
+            out += [arm, f"eval_{arm}", f"evalx_{arm}"]
         return out
 
     def _world(self, name: str, world_seed: int) -> list[list[str]]:
@@ -94,7 +99,8 @@ class Seed:
     def _train(self, arm: str) -> list[list[str]]:
         _, warm, overrides = ARMS[arm]
         start = [f"policy.init_checkpoint={self.dir / warm / 'model'}",
-                 f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}"]  # fmt: skip
+                 f"data.world_dir={self.dir / 'world'}", f"seed={self.seed}",
+                 f"data.exclude_trained_by={self.dir / warm}"]  # fmt: skip
         run = [f"steps={self.args.steps}", "data.eval_size=0", "logging.progress=false"]
         out = ["--out", str(self.dir / arm), "--resume"]
         return [searchrl("train", "--config", "tiny_cpu_grpo", *out, *start, *run, *overrides,
@@ -116,8 +122,9 @@ class Seed:
         if stage in ("world", "cross"):
             seed = self.seed if stage == "world" else 1000 + self.seed
             return d / f"{stage}_bm25" / "manifest.json", self._world(stage, seed)
-        if stage in WARM:
-            examples = self.args.sft_examples if stage == "sft" else self.args.weak_examples
+        if stage in WARM or stage.removeprefix("sft_").isdigit():
+            named = {"sft": self.args.sft_examples, "sft_weak": self.args.weak_examples}
+            examples = named[stage] if stage in named else int(stage.removeprefix("sft_"))
             return d / stage / "model" / "config.json", self._sft(stage, examples)
         if stage in ARMS:
             return d / stage / "model" / "config.json", self._train(stage)
@@ -176,10 +183,14 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=["recipe", "unmasked", "weak"],
                         choices=list(ARMS))  # fmt: skip
     parser.add_argument("--steps", type=int, default=20, help="RL steps per arm")
-    parser.add_argument("--sft-examples", type=int, default=300)
+    parser.add_argument("--sft-examples", type=int, default=200)
     parser.add_argument("--weak-examples", type=int, default=50)
+    parser.add_argument("--curve", type=int, nargs="*", default=[], metavar="N",
+                        help="also SFT warm starts on N references, evaluated on both worlds: "
+                        "the curve that says how many references RL from the weak start is "
+                        "worth")  # fmt: skip
     parser.add_argument("--test", type=int, default=200, help="held-out questions per world")
-    parser.add_argument("--train", type=int, default=400, help="train questions per world")
+    parser.add_argument("--train", type=int, default=600, help="train questions per world")
     parser.add_argument("--entities", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--engine", choices=["auto", "hf", "vllm"], default="auto",
@@ -189,11 +200,20 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
+    parser.add_argument("--archive", type=Path, metavar="DIR",
+                        help="also copy what the summary reads (per-question results, "
+                        "per-step metrics, times; no texts or weights) into DIR")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
         run_all(args.out, args)
-    print(summarize(args.out, args.seeds, args.arms))
+    sizes = (args.weak_examples, args.sft_examples)
+    print(summarize(args.out, args.seeds, args.arms, args.curve, sizes))
+    if args.archive is not None:
+        from learning_archive import archive
+
+        written = archive(args.out, args.archive, args.seeds, args.arms)
+        print(f"archived {len(written)} files into {args.archive}")
 
 
 if __name__ == "__main__":

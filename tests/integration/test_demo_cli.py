@@ -41,6 +41,9 @@ def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_pat
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output + repr(first.exception)
     assert "RL gain" in first.output and "wall time" in first.output
+    # the RL stage says where it departs from the recipe, and how much the warm start saw
+    assert "the CPU recipe (tiny_cpu_grpo), except steps 1" in " ".join(first.output.split())
+    assert "hop fact stated in the warm start's references: 0%" in first.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 6 and {"em_before", "em_after", "gain", "em_by_hops"} <= set(summary)
     assert sum(row["n"] for row in summary["em_by_hops"].values()) == 6

@@ -9,7 +9,7 @@ found by searching.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from searchrl.config.checks import (
     Fraction,
@@ -83,6 +83,13 @@ class WorldConfig:
 
     reference_top_k: PositiveInt = 3
     """Passages per search in the reference trajectories (Search-R1's top-k)."""
+
+    held_out_facts: Literal["disjoint", "shared"] = "disjoint"
+    """`disjoint`: no train question chains a hop fact (subject, relation) of a dev or test
+    question, so no training transcript states a fact a held-out question needs (the corpus
+    still holds them all). `shared`: the splits differ only in (start entity, relation chain),
+    as worlds were generated before; in those, a quarter of the demo's test questions had every
+    hop fact stated in the SFT's references (`searchrl.data.world.leakage`)."""
 
     def validate(self) -> None:
         """Weights must leave something to draw, and a world must have questions."""

@@ -100,6 +100,15 @@ class DataConfig:
     """Client settings (URL, per-attempt timeout, retries, backoff) for `retriever: remote`."""
     train_split: NonEmptyStr = "train"
     """World split sampled for training (when `train_files` is empty)."""
+    exclude_trained_by: str = ""
+    """A `searchrl sft` run folder (its `trained_questions.txt`) or a file of question ids,
+    one a line: those questions are left out of the RL pool. The warm start has memorised the
+    answers of the references it was trained on (their thoughts state every hop's fact), so
+    their GRPO groups are mostly all correct and teach nothing."""
+    train_hop_weights: tuple[PositiveFloat, ...] = ()
+    """Relative weight of train questions of 1, 2, 3, … hops in the order prompts are drawn
+    (each pass over the pool is a weighted shuffle: heavier questions tend to come first);
+    empty = uniform. Hop counts past the tuple take its last weight."""
     eval_split: NonEmptyStr = "test"
     """World split used for `val/test_score/<source>` (when `val_files` is empty)."""
     eval_size: NonNegativeInt = 32
@@ -277,6 +286,24 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """Self-distillation between RL phases: every `every` steps, a short SFT pass on the
+    policy's own correct, well-formed trajectories of multi-hop questions sampled in those
+    steps (one per question), then RL goes on (`train.distill`)."""
+
+    every: NonNegativeInt = 0
+    """0: off. N: after RL steps N, 2N, … (not after the last step)."""
+    min_hops: PositiveInt = 2
+    """Only trajectories of questions with at least this many hops."""
+    lr: PositiveFloat = 1e-5
+    """Peak learning rate of each pass (linear decay to 0, its own AdamW)."""
+    epochs: PositiveFloat = 1.0
+    """Passes over the selected trajectories."""
+    batch_size: PositiveInt = 8
+    """Trajectories per optimizer step."""
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Where metrics go besides `metrics.jsonl`."""
 
@@ -328,13 +355,20 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     refiner: RefinerConfig = field(default_factory=RefinerConfig)
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value
         for a meta prompt, so joint optimization needs a critic-free estimator. Real training
-        questions come with no held-out split of their own."""
+        questions come with no held-out split of their own. Distillation reads the steps'
+        trajectories back from the run folder."""
         if self.refiner.joint and self.uses_critic:
             raise ConfigError("refiner.joint: needs a critic-free algo.advantage (grpo, rloo)")
+        if self.distill.every and not self.logging.save_trajectories:
+            raise ConfigError(
+                "distill.every: reads each step's trajectories from the run folder; "
+                "set logging.save_trajectories=true"
+            )
         if self.data.train_files and self.data.eval_size > 0 and not self.data.val_files:
             raise ConfigError(
                 "data.val_files: data.eval_size > 0 evaluates held-out questions; give "

@@ -34,8 +34,8 @@ class Estimate:
     high: float
     n: int
     interval: str = "bootstrap"
-    """How the interval was computed: `wilson`, `bootstrap` or `point` (n < 2 or constant
-    non-proportion data)."""
+    """How the interval was computed: `wilson`, `bootstrap`, `t` (Student's, over replicates)
+    or `point` (n < 2 or constant non-proportion data)."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for summary files."""
@@ -102,6 +102,20 @@ def cluster_mean_ci(
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return Estimate(mean, float(low), float(high), n=int(data.size))
+
+
+def t_interval(values: Sequence[float], confidence: float) -> Estimate:
+    """Mean of a few independent replicates (e.g. one gain per training seed) with Student's t
+    interval, mean ± t(n − 1) · sd / √n: the question it answers is whether another seed's
+    run would land on the same side of 0, which a bootstrap over 3-5 values cannot say."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return _nan()
+    mean = float(data.mean())
+    if data.size < 2:
+        return Estimate(mean, mean, mean, int(data.size), "point")
+    half = float(stats.t.ppf(0.5 + confidence / 2, data.size - 1) * stats.sem(data))
+    return Estimate(mean, mean - half, mean + half, int(data.size), "t")
 
 
 def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:

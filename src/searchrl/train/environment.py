@@ -78,6 +78,21 @@ class Environment:
                 raise DataError(f"no questions for the {split!r} split: no files and no world")
         return self.splits[split]
 
+    def training_pool(self, data: DataConfig) -> list[Question]:
+        """The RL questions: `data.train_split` less the questions `data.exclude_trained_by`
+        names (a warm start's `trained_questions.txt`, or a file of ids)."""
+        questions = self.questions(data.train_split)
+        if not data.exclude_trained_by:
+            return questions
+        excluded = read_question_ids(Path(data.exclude_trained_by))
+        pool = [q for q in questions if q.uid not in excluded]
+        if not pool:
+            raise ValueError(
+                f"data.exclude_trained_by={data.exclude_trained_by}: it names every question "
+                f"of the {data.train_split!r} split, none is left to train on"
+            )
+        return pool
+
     def references(
         self, split: str, visible: Callable[[str], str] | None = None
     ) -> list[Reference]:
@@ -113,6 +128,23 @@ class Environment:
 def _uid(reference: Reference) -> str:
     """World references carry the bare question id; grounded ones the uid."""
     return reference.id if ":" in reference.id else f"{WORLD_SOURCE}:{reference.id}"
+
+
+TRAINED_QUESTIONS = "trained_questions.txt"
+"""What `searchrl sft` writes into its run folder: the ids of the questions it trained on."""
+
+
+def read_question_ids(path: Path) -> set[str]:
+    """Question uids from a file (one a line) or a `searchrl sft` run folder holding one; a
+    bare id (`train_12`, as world references name their question) is a world question's."""
+    file = path / TRAINED_QUESTIONS if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"data.exclude_trained_by={path}: no {TRAINED_QUESTIONS} there (written by "
+            "`searchrl sft` since this version) and not a file of question ids"
+        )
+    ids = (line.strip() for line in file.read_text().splitlines())
+    return {i if ":" in i else f"{WORLD_SOURCE}:{i}" for i in ids if i}
 
 
 def prepare_world(data: DataConfig, out_dir: Path) -> Path | None:

@@ -59,7 +59,7 @@ from searchrl.train.models import (
     warmup_then_constant,
 )
 from searchrl.train.ports import Distributed, RefineFn, RolloutFn
-from searchrl.train.sampling import PromptSampler
+from searchrl.train.sampling import PromptSampler, hop_weights
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -99,7 +99,8 @@ class Trainer:
         if self.dist.sharded and reference is not None:
             self.reference = self.dist.wrap(reference)
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
-        self.sampler = PromptSampler(questions, config.seed)
+        weights = hop_weights(questions, config.data.train_hop_weights)
+        self.sampler = PromptSampler(questions, config.seed, weights=weights)
         self.hops = {q.uid: q.hops for q in questions}
         self.collector = Collector(
             config, self.sampler, rollout, self._score, self.dist, policy, refine

@@ -45,6 +45,7 @@ from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
 from searchrl.train.collect import engine_seed
+from searchrl.train.distill import distill
 from searchrl.train.environment import (
     build_environment,
     export_model,
@@ -246,6 +247,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     held-out evaluation when `data.eval_size > 0`)."""
     dist = setup_distributed(config.policy)
     main = dist.rank == 0
+    if config.distill.every and dist.world_size > 1:
+        raise ValueError("distill.every: self-distillation runs in one process only")
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     if main:
@@ -255,7 +258,11 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
         config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
     )
     policy, tokenizer = load_policy(config.model, config.policy)
-    reference = frozen_reference(policy, lora=config.policy.lora_rank > 0)
+    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
+    needs_reference = config.algo.kl_coef > 0
+    reference = (
+        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
+    )
     critic = Critic(policy) if config.uses_critic else None
     engine = make_backend(
         config.model, policy, tokenizer, config.rollout.max_total_tokens,
@@ -268,7 +275,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
         backend, policy, tokenizer, env.retriever, config.rollout, sync=shared is None
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
-    questions = env.questions(config.data.train_split)
+    questions = env.training_pool(config.data)
     size = config.data.eval_size
     held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
     reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
@@ -316,6 +323,12 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             metrics.update(engine_metrics(engine, overlapped))
             step = trainer.step_count
             last = step == config.steps
+            if main and config.logging.save_trajectories:
+                save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
+            if config.distill.every and step % config.distill.every == 0 and not last:
+                live.stage("distil")
+                metrics.update(distill(policy, config, out_dir / "trajectories", step,
+                                       trainer.hops, pad_id, trainer.settings.bf16))  # fmt: skip
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = evaluate()
@@ -329,8 +342,6 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
                 trainer.save(ckpt_root)  # every rank writes its shard
             if main:
                 writer.write(step, metrics)
-                if config.logging.save_trajectories:
-                    save_trajectories(out_dir / "trajectories" / f"step_{step}.jsonl", trajs)
                 if saving and not dist.sharded:
                     trainer.save(ckpt_root)
             dist.barrier()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from searchrl.config.sft import SFTConfig
 from searchrl.train.environment import (
+    TRAINED_QUESTIONS,
     build_environment,
     export_model,
     load_policy,
@@ -33,6 +34,12 @@ from searchrl.train.sft import (
 from searchrl.train.sft_checkpoint import PhaseCheckpoints, saved_step
 from searchrl.train.sft_checkpoint import remove as remove_checkpoints
 from searchrl.types import Trajectory
+
+
+def write_trained_questions(out_dir: Path, examples: list[Trajectory]) -> None:
+    """`DIR/trained_questions.txt`: the ids (`train_12`) of the questions trained on."""
+    ids = sorted({t.uid or t.id for t in examples})
+    (out_dir / TRAINED_QUESTIONS).write_text("".join(f"{i}\n" for i in ids))
 
 
 def sft(
@@ -73,6 +80,7 @@ def sft(
         rollout = make_rollout_fn(backend, policy, tokenizer, env.retriever, config.rollout)
         pool = env.questions(config.data.train_split)[: config.max_examples]
         examples = rejection_sample(rollout, pool, config.rejection_samples, config.seed)
+    write_trained_questions(out_dir, examples)
     writer = MetricsWriter(out_dir, tensorboard=False, wandb_project="", config=None)
     checkpoints = out_dir / "checkpoints"
     if not resume:

@@ -31,11 +31,19 @@ class PromptSampler:
     epoch: int = 0
     position: int = 0
     deferred: list[int] = field(default_factory=list)
+    weights: Sequence[float] = ()
+    """Per question (empty = uniform): each pass is a weighted shuffle (Efraimidis-Spirakis:
+    key u^(1/w), largest first), so a question of weight 2 tends to come before one of 1; every
+    question is still drawn once per pass."""
 
     def _order(self) -> list[int]:
         order = list(range(len(self.questions)))
-        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
-        return order
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        if not self.weights:
+            rng.shuffle(order)
+            return order
+        keys = [rng.random() ** (1.0 / w) for w in self.weights]
+        return sorted(order, key=lambda i: -keys[i])
 
     def next_batch(self, size: int, exclude: Iterable[str] = ()) -> list[Question]:
         """The next `size` distinct questions whose uid is not in `exclude` (the prompts this
@@ -81,6 +89,14 @@ class PromptSampler:
         else:
             self.epoch, self.position = int(state[0]), int(state[1])
             self.deferred = []
+
+
+def hop_weights(questions: Sequence[Question], by_hops: Sequence[float]) -> list[float]:
+    """Each question's weight from its hop count (`data.train_hop_weights`; counts past the
+    tuple take its last weight, unknown counts weigh 1); empty `by_hops` = uniform (`[]`)."""
+    if not by_hops:
+        return []
+    return [1.0 if q.hops is None else by_hops[min(q.hops, len(by_hops)) - 1] for q in questions]
 
 
 def groups_of(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:

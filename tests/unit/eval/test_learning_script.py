@@ -9,7 +9,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from learning_summary import _pairs, paired_gain
+import pytest
+
+from learning_summary import _pairs, both_worlds_gain, paired_gain, references_worth
+from searchrl.eval.stats import t_interval
 
 
 def _write_eval(folder: Path, ems: list[float], finished: bool) -> None:
@@ -36,9 +39,53 @@ def test_finished_evaluations_are_paired_question_by_question(tmp_path: Path) ->
 
 
 def test_lever_arms_are_paired_against_the_recipe_only_when_it_ran() -> None:
-    with_recipe = {(name, base) for _, name, base in _pairs(["recipe", "old", "weak"])}
-    assert ("eval_old", "eval_recipe") in with_recipe
-    assert ("eval_old", "eval_sft") in with_recipe
+    with_recipe = {(name, base) for _, name, base in _pairs(["recipe", "previous", "weak"])}
+    assert ("eval_previous", "eval_recipe") in with_recipe
+    assert ("evalx_previous", "evalx_recipe") in with_recipe  # on the unseen world too
+    assert ("eval_previous", "eval_sft") in with_recipe
     assert ("eval_weak", "eval_recipe") not in with_recipe  # another warm start: not a lever
-    without = {(name, base) for _, name, base in _pairs(["old", "ppo"])}
+    without = {(name, base) for _, name, base in _pairs(["previous", "ppo"])}
     assert not any(base == "eval_recipe" for _, base in without)
+
+
+def test_a_seeds_gain_pairs_both_worlds_question_by_question(tmp_path: Path) -> None:
+    _write_eval(tmp_path / "eval_sft", [0.0, 1.0, 0.0, 1.0], finished=True)
+    _write_eval(tmp_path / "eval_recipe", [1.0, 1.0, 1.0, 1.0], finished=True)
+    _write_eval(tmp_path / "evalx_sft", [0.0, 0.0], finished=True)
+    _write_eval(tmp_path / "evalx_recipe", [1.0, 0.0], finished=True)
+    gain = both_worlds_gain(tmp_path, "recipe", "sft", seed=0)
+    assert gain is not None
+    assert gain.n == 6 and (gain.wins, gain.losses) == (3, 0)
+    assert gain.diff == pytest.approx(3 / 6)
+    (tmp_path / "evalx_recipe" / "summary.json").unlink()  # unseen world still running
+    assert both_worlds_gain(tmp_path, "recipe", "sft", seed=0) is None
+
+
+def test_references_worth_interpolates_and_never_extrapolates() -> None:
+    curve = [(50, 0.10), (100, 0.30), (200, 0.50)]
+    assert references_worth(curve, 0.20) == pytest.approx(75.0)
+    assert references_worth(curve, 0.40) == pytest.approx(150.0)
+    assert references_worth(curve, 0.05) is None and references_worth(curve, 0.6) is None
+
+
+def test_t_interval_over_seeds() -> None:
+    five = t_interval([0.10, 0.14, 0.12, 0.08, 0.16], 0.95)
+    assert five.mean == pytest.approx(0.12) and five.interval == "t"
+    # sd 0.0316, sem 0.0141, t(4) 2.776: half-width 0.0393
+    assert five.low == pytest.approx(0.12 - 0.0393, abs=1e-3)
+    assert five.high == pytest.approx(0.12 + 0.0393, abs=1e-3)
+    assert t_interval([0.1], 0.95).interval == "point"
+
+
+def test_every_arm_is_a_valid_config_on_top_of_the_recipe() -> None:
+    from learning_arms import ARMS
+    from searchrl.config.loading import load_config
+    from searchrl.config.presets import resolve_config as resolve_preset
+    from searchrl.config.train import TrainConfig
+
+    for arm, (_, _, overrides) in ARMS.items():
+        config = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(overrides))
+        assert config.mini_batch_size <= config.batch_size, arm
+    previous = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(ARMS["previous"][2]))
+    assert previous.algo.scale_by_std and previous.data.exclude_trained_by == ""
+    assert (previous.batch_size, previous.n_samples, previous.steps) == (8, 4, 12)

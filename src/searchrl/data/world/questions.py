@@ -98,40 +98,92 @@ def _question(
     )
 
 
+def hop_facts(chain: Chain) -> set[tuple[int, str]]:
+    """(subject entity, relation) of every hop: the facts a transcript of the chain states."""
+    return {(e, r.name) for e, r in zip(chain.entities, chain.relations, strict=False)}
+
+
+class _Draw:
+    """Draws distinct chains: no (start, relations) walk twice, none using a `banned` fact."""
+
+    def __init__(self, entities: list[Entity], config: WorldConfig, rng: random.Random) -> None:
+        self.entities, self.config, self.rng = entities, config, rng
+        self.hop_counts = list(range(1, len(config.hop_weights) + 1))
+        self.seen: set[tuple[int, tuple[str, ...]]] = set()
+        self.banned: set[tuple[int, str]] = set()
+
+    def chains(self, count: int, attempts: int, retries: int = 1) -> list[Chain]:
+        """Up to `count` chains in `attempts` draws of a hop count; each draw samples up to
+        `retries` walks of that count (more than one keeps `hop_weights` when a ban rejects
+        long walks more often than short ones)."""
+        out: list[Chain] = []
+        for _ in range(attempts):
+            if len(out) == count:
+                break
+            hops = self.rng.choices(self.hop_counts, weights=self.config.hop_weights)[0]
+            for _ in range(retries):
+                chain = sample_chain(self.entities, self.rng, hops)
+                if chain is None or hop_facts(chain) & self.banned:
+                    continue
+                key = (chain.entities[0], tuple(r.name for r in chain.relations))
+                if key not in self.seen:
+                    self.seen.add(key)
+                    out.append(chain)
+                    break
+        return out
+
+
+def _too_few(found: int, asked: int, what: str) -> ValueError:
+    return ValueError(
+        f"the world supports only {found} distinct {what}, {asked} were asked for; "
+        "raise num_entities or ask for fewer questions"
+    )
+
+
+def _draw_chains(
+    entities: list[Entity], config: WorldConfig, rng: random.Random, sizes: dict[str, int]
+) -> dict[str, list[Chain]]:
+    """Chains per split. `shared`: one stream cut into train, dev, test (held-out questions may
+    chain facts that training transcripts state). `disjoint`: held-out chains are drawn first
+    (test, then dev) and no train chain uses any of their hop facts, so no reference the model
+    is trained on states a fact a held-out question needs (the knowledge base stays shared:
+    the corpus still holds every fact, to be searched for)."""
+    draw = _Draw(entities, config, rng)
+    total = sum(sizes.values())
+    if config.held_out_facts == "shared":
+        chains = draw.chains(total, total * 50)
+        if len(chains) < total:
+            raise _too_few(len(chains), total, "questions")
+        out, offset = {}, 0
+        for split, size in sizes.items():
+            out[split], offset = chains[offset : offset + size], offset + size
+        return out
+    out = {}
+    for split in ("test", "dev", "train"):
+        train = split == "train"
+        out[split] = draw.chains(sizes[split], sizes[split] * 50, retries=200 if train else 1)
+        if len(out[split]) < sizes[split]:
+            raise _too_few(len(out[split]), sizes[split], f"{split} questions")
+        if split != "train":
+            draw.banned.update(f for chain in out[split] for f in hop_facts(chain))
+    return {split: out[split] for split in sizes}
+
+
 def generate_questions(
     entities: list[Entity], config: WorldConfig, rng: random.Random, support: Support
 ) -> dict[str, list[Question]]:
-    """Questions for each split, no (start, relations) walk asked twice across splits. Each
-    question's metadata lists, per hop, the passages stating that hop's fact (`support`),
-    which is what lets the Search-R2 oracle judge tell a useful search from a useless one."""
+    """Questions for each split, no (start, relations) walk asked twice across splits and, with
+    `held_out_facts: disjoint` (the default), no hop fact of a held-out question chained by a
+    train question. Each question's metadata lists, per hop, the passages stating that hop's
+    fact (`support`), which is what lets the Search-R2 oracle judge tell a useful search from a
+    useless one."""
     counts = (config.train_questions, config.dev_questions, config.test_questions)
     sizes = dict(zip(SPLITS, counts, strict=True))
-    total = sum(sizes.values())
-    seen: set[tuple[int, tuple[str, ...]]] = set()
-    chains: list[Chain] = []
-    hop_counts = list(range(1, len(config.hop_weights) + 1))
-    for _ in range(total * 50):
-        if len(chains) == total:
-            break
-        hops = rng.choices(hop_counts, weights=config.hop_weights)[0]
-        chain = sample_chain(entities, rng, hops)
-        if chain is None:
-            continue
-        key = (chain.entities[0], tuple(r.name for r in chain.relations))
-        if key not in seen:
-            seen.add(key)
-            chains.append(chain)
-    if len(chains) < total:
-        raise ValueError(
-            f"the world supports only {len(chains)} distinct questions, {total} were asked for; "
-            "raise num_entities or ask for fewer questions"
-        )
+    chains = _draw_chains(entities, config, rng, sizes)
     out: dict[str, list[Question]] = {}
-    offset = 0
-    for split, size in sizes.items():
+    for split in SPLITS:
         out[split] = []
-        for i, chain in enumerate(chains[offset : offset + size]):
+        for i, chain in enumerate(chains[split]):
             text = phrase_question(chain, entities, rng, config.phrasing_variety)
             out[split].append(_question(chain, text, entities, split, i, support))
-        offset += size
     return out
