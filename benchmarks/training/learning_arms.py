@@ -14,7 +14,7 @@ PREVIOUS = ("batch_size=8", "n_samples=4", "mini_batch_size=4", "micro_batch_siz
             "micro_batch_tokens=0", "algo.scale_by_std=true", "algo.max_sampling_rounds=2",
             "algo.behaviour_correction=auto", "optim.lr=3e-6", "optim.warmup_ratio=0.25",
             "reward.no_answer_score=-0.5", "steps=12", *ALL_QUESTIONS)  # fmt: skip
-"""The recipe before issue 56 (docs/training_log.md): 8 questions × 4 samples with up to two
+"""The recipe before issue 56 (docs/notes/training_log.md): 8 questions × 4 samples with up to two
 dynamic-sampling rounds, GRPO's std scaling, two mini-batches, lr 3e-6, 12 steps."""
 
 ARMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
