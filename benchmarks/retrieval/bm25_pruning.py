@@ -1,8 +1,8 @@
 """BM25's MaxScore pruning against the full sparse product on one index: identical top k (ids
 and scores), queries/s of each, and the per-query latency of the pruned path.
 
-    python benchmarks/retrieval/bm25_pruning.py --index /work/runs-retrieval/scale/1000000/bm25 \\
-        --questions /work/runs-retrieval/scale/1000000/corpus/questions.jsonl --queries 300
+    python benchmarks/retrieval/bm25_pruning.py --index runs/retrieval/scale/1000000/bm25 \\
+        --questions runs/retrieval/scale/1000000/corpus/questions.jsonl --queries 300
 
 `--index` is any BM25 index directory (`searchrl index --kind bm25`); `--questions` a JSONL
 file with a "question" field per line (the scale benchmark's world questions, or a FlashRAG

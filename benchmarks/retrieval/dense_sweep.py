@@ -1,6 +1,6 @@
 """Which compressed dense index, and with which settings: a sweep on >200k real passages.
 
-    nohup nice -n 19 python benchmarks/retrieval/dense_sweep.py --work /work/runs-retrieval/recall &
+    nohup nice -n 19 python benchmarks/retrieval/dense_sweep.py --work runs/retrieval/recall &
 
 Runs on the vectors `recall_corpus.py` encoded (34,917 real Wikipedia passages + ~199k
 passages of one synthetic world, all encoded by the embedded MiniLM; NQ-open dev questions

@@ -1,7 +1,7 @@
 """The real-text corpus the dense sweep measures recall on, encoded once and cached.
 
     nohup nice -n 19 python benchmarks/retrieval/recall_corpus.py --work \
-        /work/runs-retrieval/recall &
+        runs/retrieval/recall &
 
 wiki-18 itself is not on this machine; the real Wikipedia slice is 34,917 passages. To reach
 more than 200,000 passages of text encoded for real (not synthetic vectors), the corpus is

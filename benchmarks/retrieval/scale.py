@@ -1,9 +1,9 @@
 """Retrieval at wiki-18 scale on one machine: BM25 and a compressed dense index over 1M, 5M
 and 21M passages — build time, peak memory, size on disk, queries/s — and 2 shards vs 1.
 
-    nohup nice -n 19 python benchmarks/retrieval/scale.py --work /work/runs-retrieval/scale \\
-        --passages 1000000 --real /work/runs-retrieval/recall > scale-1M.log 2>&1 &
-    python benchmarks/retrieval/scale.py --work /work/runs-retrieval/scale --report   # the tables
+    nohup nice -n 19 python benchmarks/retrieval/scale.py --work runs/retrieval/scale \\
+        --passages 1000000 --real runs/retrieval/recall > scale-1M.log 2>&1 &
+    python benchmarks/retrieval/scale.py --work runs/retrieval/scale --report   # the tables
 
 Every stage runs in its own child process, so its peak RSS (wait4's ru_maxrss) is its own,
 and writes its numbers into WORK/<passages>/results.json; a finished stage is skipped when the

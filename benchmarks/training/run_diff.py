@@ -1,6 +1,6 @@
 """Where two runs of one training command part ways, step by step.
 
-    python benchmarks/training/run_diff.py /work/ci2/runs/r2 /work/ci5/runs/r2
+    python benchmarks/training/run_diff.py runs/a/r2 runs/b/r2
 
 Two runs of the same command on the same code, config and warm start should sample the same
 trajectories: every draw is seeded per row. When their metrics differ, this says where the
