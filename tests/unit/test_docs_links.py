@@ -69,3 +69,9 @@ def test_the_checker_finds_a_dead_link(tmp_path: Path) -> None:
         "`[code](nope.md)`\n```\n[fenced](nope2.md)\n```\n![img](img/none.png)\n"
     )
     assert broken_links(page) == ["1: missing.md", "6: img/none.png"]
+
+
+if __name__ == "__main__":  # `python tests/unit/test_docs_links.py`: list every broken link
+    dead = [f"{_id(p)}:{b}" for p in pages() for b in broken_links(p)]
+    print("\n".join(dead) or "every relative link names an existing file")
+    raise SystemExit(1 if dead else 0)
