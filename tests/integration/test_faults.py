@@ -1,5 +1,5 @@
-"""Faults during training (the fast versions of `benchmarks/faults.py`): a training process
-SIGKILLed and resumed matches an uninterrupted run bit for bit; a checkpoint that cannot be
+"""Faults during training (the fast versions of `benchmarks/reliability/faults.py`): a training
+process SIGKILLed and resumed matches an uninterrupted run bit for bit; a checkpoint that cannot be
 written is one error line and leaves the previous one loadable; the retrieval server killed
 mid-training and restarted, or answering slowly / with 500s / with garbage, costs bounded
 waits, one log line per failed attempt, and at most the trajectories of the outage."""
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "reliability"))
 
 from fault_harness import (
     ServerProcess,
@@ -70,7 +70,7 @@ def test_sigkilled_training_resumes_bit_for_bit(setup: Setup, tmp_path: Path) ->
     assert done.wait() == 0, done.stderr.read() if done.stderr else ""
     proc = _train(setup, run, 3)
     _wait_for_checkpoint(run, 1, proc)
-    time.sleep(0.3)  # somewhere in step 2 (benchmarks/faults.py kills at random moments)
+    time.sleep(0.3)  # somewhere in step 2 (faults.py kills at random moments)
     proc.kill()
     proc.wait()
     assert check_after_kill(run) is None

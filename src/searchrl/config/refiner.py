@@ -89,7 +89,7 @@ class RefinerConfig:
     the oracle's flaw step earned only ~5 points of EM over the trimmer's average cut, and on
     the Actors of a second and third meta round a new rollout answered 0.11–0.17 more flawed
     trajectories than the trimmer's cut, 0.06–0.09 more than the oracle's
-    (`benchmarks/trim_skill.py`, docs/search_r2.md)."""
+    (`benchmarks/search_r2/trim_skill.py`, docs/search_r2.md)."""
 
     trim_surprisal: NonNegativeFloat = 0.0
     """β: with `trimmer: model`, π_h(k) ∝ P(k) · s_k^β, s_k the largest token surprisal of
@@ -97,7 +97,7 @@ class RefinerConfig:
     π_h. Not robust: on the tour's warm start, where it was chosen, β = 1 named the oracle's
     flawed step 0.64 of the time on the four-draw gate against π_h's 0.54, but on the two
     second-round Actors after it 0.54 against 0.58 and 0.39 against 0.45
-    (docs/search_r2_log.md)."""
+    (docs/notes/search_r2_log.md)."""
 
     fresh_tries: NonNegativeInt = 0
     """Redraws of a regeneration that repeats the cut step's action (the same query, which
@@ -112,9 +112,10 @@ class RefinerConfig:
     regen_temperature: NonNegativeFloat = 0.0
     """Temperature of the cut trajectory's continuation (trims and S_trim's baseline cuts
     alike); 0 samples it at the rollout's temperature (the paper). A continuation from the
-    kept prefix repeats the flawed step 24–51 % of the time (`benchmarks/trim_skill.py`); a
-    hotter one repeats it less but writes worse otherwise: on the tour's warm start no
-    temperature from 0.7 to 1.3 made a cut beat a new rollout at 1.0 (docs/search_r2_log.md)."""
+    kept prefix repeats the flawed step 24–51 % of the time (`benchmarks/search_r2/trim_skill.py`);
+    a hotter one repeats it less but writes worse otherwise: on the tour's warm start no
+    temperature from 0.7 to 1.3 made a cut beat a new rollout at 1.0
+    (docs/notes/search_r2_log.md)."""
 
     read_on_engine: bool = True
     """Read (score the candidate answers) on the generation engine where it can (vLLM, whose

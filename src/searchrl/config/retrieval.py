@@ -225,7 +225,7 @@ class RemoteConfig:
     """Extra attempts after a connection error, timeout or 5xx (4xx is never retried). With
     the default backoff the retries wait 0.5 + 1 + 2 + 4 + 8 = 15.5 s in all, so a server
     restarted within about 15 s costs no trajectory; with 3 (3.5 s) a 10 s restart failed
-    16 of 40 trajectories (`benchmarks/faults.py`, docs/reliability.md)."""
+    16 of 40 trajectories (`benchmarks/reliability/faults.py`, docs/reliability.md)."""
     backoff_s: NonNegativeFloat = 0.5
     """Wait before retry i is backoff_s * 2**i."""
     max_queries_per_request: PositiveInt = 256

@@ -105,7 +105,7 @@ class SFTConfig:
     rollouts). In expectation only: on the tour's second round (213 of 642 own rollouts, a
     third flawed, two passes at lr 2e-4) it taught the Actor its own mistakes, EM 0.68 →
     0.56, where references on the same rollouts lifted it to 0.79 and the refiner read both
-    alike (docs/search_r2_log.md). Kept for larger Actors and gentler phases."""
+    alike (docs/notes/search_r2_log.md). Kept for larger Actors and gentler phases."""
     meta_train_layers: NonNegativeInt = 0
     """0 trains every weight in the meta phase; N > 0 only the top N decoder layers and the
     final norm (as `policy.train_layers`, for this phase alone): a cheaper backward pass."""

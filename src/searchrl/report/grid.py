@@ -3,7 +3,7 @@ model), EM per QA set with its 95% interval, the papers' "Avg." over the sets, g
 multi-hop, SubEM's average, the world's EM (overall, 1-hop, multi-hop) and searches per
 question. Rows of the same method and engine evaluated on different data (the world and the QA
 sets are separate folders) are merged. `searchrl report` draws it as HTML,
-`benchmarks/baselines.py` as Markdown.
+`benchmarks/eval/baselines.py` as Markdown.
 """
 
 from __future__ import annotations

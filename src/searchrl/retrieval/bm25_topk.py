@@ -19,8 +19,8 @@ queries/s. MaxScore (Turtle & Flood, 1995) avoids most of them and stays exact:
    short; partial scores are lower bounds too, so their k-th best raises θ on the way;
 5. the few survivors are scored exactly.
 
-At 1M template-heavy passages (`benchmarks/scale.py`'s synthetic worlds, where "city" is in
-39% of passages) steps 2 and 4 took world questions from 5 to 628 queries/s on one busy core
+At 1M template-heavy passages (`benchmarks/retrieval/scale.py`'s synthetic worlds, where "city" is
+in 39% of passages) steps 2 and 4 took world questions from 5 to 628 queries/s on one busy core
 (median 0.8 ms), the slowest from 3.8 s to 28 ms.
 
 Scores are accumulated in float32, term by term in increasing term id, exactly as the sparse

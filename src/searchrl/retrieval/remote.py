@@ -9,7 +9,7 @@ therefore `(retries + 1) * timeout_s + backoff_s * (2**retries - 1)`.
 
 Transport: urllib3's connection pool and orjson. A training step makes one request per rollout
 turn, so per-request client cost adds up: on the 2-core machine httpx spent ~1.4 ms of CPU per
-16-query request and urllib3 ~0.7 ms (see `benchmarks/retrieval.py`).
+16-query request and urllib3 ~0.7 ms (see `benchmarks/retrieval/retrieval.py`).
 """
 
 from __future__ import annotations

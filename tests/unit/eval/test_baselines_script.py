@@ -1,4 +1,4 @@
-"""`benchmarks/baselines.py` keeps one generation engine resident: a grid runs the embedded
+"""`benchmarks/eval/baselines.py` keeps one generation engine resident: a grid runs the embedded
 model and several checkpoints in one process, and every vLLM engine left open holds a worker
 process and its whole KV cache."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "eval"))
 
 import baselines
 from baselines import OnePolicy

@@ -1,5 +1,5 @@
-"""`benchmarks/learning.py --archive`: the summary rebuilt from the archive alone equals the
-campaign's, without the texts that make the campaign large."""
+"""`benchmarks/training/learning.py --archive`: the summary rebuilt from the archive alone equals
+the campaign's, without the texts that make the campaign large."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "training"))
 
 from learning_archive import archive
 from learning_summary import summarize

@@ -1,5 +1,5 @@
-"""`benchmarks/learning.py --summarize` pairs two evaluations of the same questions; run while
-one of them is still writing, it must not report a gain on the questions answered so far."""
+"""`benchmarks/training/learning.py --summarize` pairs two evaluations of the same questions; run
+while one of them is still writing, it must not report a gain on the questions answered so far."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "training"))
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""`benchmarks/real_qa.py`: each arm differs from Search-R1 by its one setting, the trained
+"""`benchmarks/eval/real_qa.py`: each arm differs from Search-R1 by its one setting, the trained
 policies are evaluated under their recipe's budgets, and the table and archive are built from
 what the stages left."""
 
@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "eval"))
 
 import real_qa
 import real_qa_report

@@ -1,5 +1,5 @@
-"""`benchmarks/refiner_gate.py` reads the gate from several rollouts per held-out question:
-ROC-AUC raw and within step counts, the step count's own, the trimmer against the best
+"""`benchmarks/search_r2/refiner_gate.py` reads the gate from several rollouts per held-out
+question: ROC-AUC raw and within step counts, the step count's own, the trimmer against the best
 constant step, with intervals that resample questions, not transcripts."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from refiner_gate import (
     STATS,

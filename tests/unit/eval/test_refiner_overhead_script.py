@@ -1,4 +1,4 @@
-"""`benchmarks/refiner_overhead.py` reads the arms' metrics into the overhead table: stage
+"""`benchmarks/search_r2/refiner_overhead.py` reads the arms' metrics into the overhead table: stage
 means, the refiner's time split into reading and regenerating, and both overheads."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from refiner_overhead import arm_folder, arm_overrides, table
 

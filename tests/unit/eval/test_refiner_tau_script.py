@@ -1,4 +1,4 @@
-"""`benchmarks/refiner_tau.py`: refinement at every τ above a run's own, read off an
+"""`benchmarks/search_r2/refiner_tau.py`: refinement at every τ above a run's own, read off an
 evaluation's per-question records or a training run's sampled trajectories, and the Actor's
 confidence on the same trajectories."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from refiner_tau import confidence_row, rows_for
 from searchrl.rollout.io import write_trajectories

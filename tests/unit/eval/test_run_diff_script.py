@@ -1,4 +1,4 @@
-"""`benchmarks/run_diff.py`: where two runs of one training command part ways, read off the
+"""`benchmarks/training/run_diff.py`: where two runs of one training command part ways, read off the
 trajectories each step kept."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "training"))
 
 from run_diff import compare, table
 from searchrl.rollout.io import write_trajectories

@@ -1,5 +1,5 @@
-"""`benchmarks/search_r2_archive.py`: a campaign's summary rebuilt from its archive alone, the
-archive without the texts that make it large, and a warm start told apart by its weights."""
+"""`benchmarks/search_r2/search_r2_archive.py`: a campaign's summary rebuilt from its archive alone,
+the archive without the texts that make it large, and a warm start told apart by its weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from search_r2_archive import archive, fingerprint, slim_row
 from search_r2_summary import summarize

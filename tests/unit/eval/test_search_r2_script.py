@@ -1,5 +1,5 @@
-"""`benchmarks/search_r2.py` with one shared warm start (`--warm-start`) and another world's
-test split (`--eval-world`): which stages a seed runs and what each command is given."""
+"""`benchmarks/search_r2/search_r2.py` with one shared warm start (`--warm-start`) and another
+world's test split (`--eval-world`): which stages a seed runs and what each command is given."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from search_r2 import THRESHOLD_KEY, Seed, stages
 

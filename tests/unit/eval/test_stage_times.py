@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "common"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "training"))
 
 from stages import Spent, call, read_times, record, run_stage, stage_lock
 

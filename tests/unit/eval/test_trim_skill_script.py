@@ -1,5 +1,5 @@
-"""`benchmarks/trim_skill.py` weighs every cut's regenerated reward by each cut policy: the
-trimmer's, its argmax, the batch-average cut (S_trim's baseline), the uniform cut (the
+"""`benchmarks/search_r2/trim_skill.py` weighs every cut's regenerated reward by each cut policy:
+the trimmer's, its argmax, the batch-average cut (S_trim's baseline), the uniform cut (the
 random-cut arm), the first step and the oracle's flaw step."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks" / "search_r2"))
 
 from searchrl.refiner.meta import Reading
 from trim_skill import table
