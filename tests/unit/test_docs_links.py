@@ -44,19 +44,11 @@ def _id(page: Path) -> str:
     return str(page.relative_to(REPO))
 
 
-README_MOVED = pytest.mark.xfail(
-    strict=True,
-    reason="README.md still links docs/search_r2_log.md, now docs/notes/search_r2_log.md; "
-    "the README rewrite of issue 58 fixes it: then delete this mark",
-)
-
-
 @pytest.mark.parametrize(
     "page",
-    [pytest.param(p, marks=README_MOVED) if p.name == "README.md" and p.parent == REPO else p
-     for p in pages()],
+    pages(),
     ids=_id,
-)  # fmt: skip
+)
 def test_relative_links_name_existing_files(page: Path) -> None:
     assert broken_links(page) == [], f"{_id(page)}: broken relative links"
 
