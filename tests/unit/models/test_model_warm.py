@@ -1,0 +1,53 @@
+"""The shipped warm start's adapter: SVD factors of a weight change, written in peft's format
+and merged back by the loader."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from searchrl.models.loading import tiny_model
+from searchrl.models.warm import TARGETS, low_rank_adapter, merge_adapter
+
+
+def _changed(base: torch.nn.Module, rank: int, seed: int) -> torch.nn.Module:
+    """`base` plus a random change of rank `rank` on every decoder linear layer."""
+    tuned = copy.deepcopy(base)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, module in tuned.named_modules():
+            if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in TARGETS:
+                out, inp = module.weight.shape
+                b = torch.randn(out, rank, generator=gen) * 0.05
+                a = torch.randn(rank, inp, generator=gen) * 0.05
+                module.weight += b @ a
+    return tuned
+
+
+def test_a_rank_r_change_round_trips_through_the_adapter(tokenizer, tmp_path) -> None:
+    base = tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+    tuned = _changed(base, rank=2, seed=1)
+    fidelity = low_rank_adapter(copy.deepcopy(base), tuned, rank=2, out=tmp_path)
+    assert fidelity.kept_energy > 0.999999
+    assert (tmp_path / "adapter_model.safetensors").is_file()
+    merged = merge_adapter(copy.deepcopy(base), tmp_path)
+    ids = torch.tensor([[1, 5, 9, 200, 31]])
+    with torch.no_grad():
+        got, want, before = (m(ids).logits for m in (merged, tuned, base))
+    assert not torch.allclose(before, want, atol=1e-3)  # the change matters
+    torch.testing.assert_close(got, want, atol=2e-3, rtol=0)  # fp16 factors
+    assert type(merged) is type(base)  # a plain module again
+
+
+def test_a_lower_rank_keeps_part_of_the_change(tokenizer, tmp_path) -> None:
+    base = tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+    tuned = _changed(base, rank=8, seed=2)
+    fidelity = low_rank_adapter(copy.deepcopy(base), tuned, rank=2, out=tmp_path)
+    assert 0.1 < fidelity.kept_energy < 0.9
+    per_rank = 2 * sum(
+        sum(m.weight.shape)
+        for n, m in base.named_modules()
+        if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in TARGETS
+    )
+    assert fidelity.parameters == per_rank
