@@ -62,6 +62,17 @@ def test_rollout_command_writes_trajectories_and_prints_metrics(setup, tmp_path:
         assert name in result.output
 
 
+def test_rollout_takes_a_files_rows_as_eval_does(setup, tmp_path: Path) -> None:
+    """`--data FILE[a:b]` rolls out rows a..b-1 (it was read as a missing file name)."""
+    out = tmp_path / "rows.jsonl"
+    wanted = [json.loads(x)["question"] for x in setup["data"].read_text().splitlines()[2:4]]
+    args = ["rollout", "--model", str(setup["model"]), "--index", str(setup["index"])]
+    args += ["--data", f"{setup['data']}[2:4]", "--out", str(out), "--greedy", *SHORT]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [t.question for t in read_trajectories(out)] == wanted
+
+
 def test_chat_reads_questions_from_stdin(setup) -> None:
     args = ["chat", "--model", str(setup["model"]), "--index", str(setup["index"]), *SHORT]
     result = CliRunner().invoke(app, args, input="Who founded the first company?\n\n")

@@ -145,14 +145,26 @@ def _open_engine(index: Path | None, url: str | None) -> Retriever:
 
 
 def _questions(data: Path, limit: int | None) -> list[Question]:
-    questions = load_questions(require_file(data, "question file"))[:limit]
+    """The file's questions (`FILE[a:b]`: its rows a..b-1, as `eval --data` and
+    `data.train_files` read them), the first `limit` of them."""
+    from searchrl.data.sources import load_spec, parse_spec
+
+    spec = parse_spec(str(data))
+    if spec.start is not None or spec.stop is not None:
+        require_file(spec.path, "question file")
+        questions = load_spec(spec, "test")[:limit]
+    else:
+        questions = load_questions(require_file(data, "question file"))[:limit]
     if not questions:
         raise DataError(f"{data}: no questions in the file")
     return questions
 
 
 def rollout(
-    data: Annotated[Path, typer.Option(help="Questions: FlashRAG JSONL or Search-R1 parquet.")],
+    data: Annotated[
+        Path,
+        typer.Option(help="Questions: FlashRAG JSONL or Search-R1 parquet; FILE[a:b]: rows a..b-1"),
+    ],
     out: Annotated[Path, typer.Option(help="Trajectory file to write (JSONL).")],
     model: ModelOption = None,
     index: IndexOption = None,
