@@ -97,7 +97,10 @@ def merge_adapter(model: nn.Module, adapter: Path) -> nn.Module:
         from searchrl.models.loading import ModelNotFoundError
 
         raise ModelNotFoundError(f"no LoRA adapter (adapter_config.json) in {adapter}")
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    for name, param in merged.named_parameters():  # peft loads for inference: all frozen
+        param.requires_grad_(name in trainable)
     return merged
 
 

@@ -38,6 +38,8 @@ def test_a_rank_r_change_round_trips_through_the_adapter(tokenizer, tmp_path) ->
     assert not torch.allclose(before, want, atol=1e-3)  # the change matters
     torch.testing.assert_close(got, want, atol=2e-3, rtol=0)  # fp16 factors
     assert type(merged) is type(base)  # a plain module again
+    # trainable as loaded (peft freezes what it loads for inference; RL found nothing to train)
+    assert all(p.requires_grad for p in merged.parameters())
 
 
 def test_a_lower_rank_keeps_part_of_the_change(tokenizer, tmp_path) -> None:
