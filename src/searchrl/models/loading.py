@@ -97,6 +97,22 @@ def resolve_source(config: ModelConfig) -> tuple[str, str | None]:
     return config.name_or_path, config.gguf_file
 
 
+def _pretrained_tokenizer(source: str, **kwargs: Any) -> PreTrainedTokenizerBase:
+    """`AutoTokenizer.from_pretrained`, the first read of any model: a hub id that is neither
+    cached nor reachable (no hub access here) ends in one line saying what to do, not a bare
+    OSError."""
+    try:
+        return AutoTokenizer.from_pretrained(source, **kwargs)
+    except OSError as err:
+        if Path(source).exists():
+            raise
+        raise ModelNotFoundError(
+            f"{source}: not a local model folder, and the Hugging Face Hub did not have it "
+            f"({type(err).__name__}: offline, or no such id). Download it where the hub is "
+            f"reachable (`huggingface-cli download {source}`) and give the folder, or a .gguf file"
+        ) from None
+
+
 def load_tokenizer(config: ModelConfig, cache_dir: Path | None = None) -> PreTrainedTokenizerBase:
     """The model's tokenizer. Reading it out of a GGUF takes ~10 s; with `cache_dir` the
     converted tokenizer is saved there once and later loads take well under a second."""
@@ -104,7 +120,7 @@ def load_tokenizer(config: ModelConfig, cache_dir: Path | None = None) -> PreTra
     if cache_dir is not None and (cache_dir / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(cache_dir)
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    tokenizer = _pretrained_tokenizer(source, **kwargs)
     if cache_dir is not None:
         tokenizer.save_pretrained(cache_dir)
     return tokenizer
@@ -116,7 +132,7 @@ def load_model(config: ModelConfig) -> LoadedModel:
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    tokenizer = _pretrained_tokenizer(source, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     if gguf_file:
         forget_gguf_quantization(model)

@@ -47,6 +47,14 @@ def test_missing_gguf_file_is_reported(tmp_path) -> None:
         resolve_source(ModelConfig(name_or_path=str(tmp_path / "absent.gguf")))
 
 
+def test_a_hub_id_out_of_reach_says_what_to_do(monkeypatch) -> None:
+    """Offline, an uncached hub id ended in a bare `error: OSError`; it is a one-line
+    ModelNotFoundError naming the id and the way out."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match=r"no-such-org/no-such-model: not a local model"):
+        load_model(ModelConfig(name_or_path="no-such-org/no-such-model"))
+
+
 def test_auto_dtype_and_device() -> None:
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu) == torch.float32
