@@ -20,7 +20,7 @@ from searchrl.utils.errors import SearchRLError
 
 STAGES = ("world", "sft", "grpo")
 OUTPUTS = ("curves.png", "summary.json", "report.html")
-FILLED_IN = ("data.world_dir", "policy.init_checkpoint")
+FILLED_IN = ("data.world_dir", "data.exclude_trained_by", "policy.init_checkpoint")
 """Keys `run_demo` sets itself (the stage folders' paths): never a difference of settings."""
 
 
