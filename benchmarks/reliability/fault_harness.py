@@ -178,7 +178,7 @@ class SearchingBackend:
         title = re.findall(r"Doc 1\(Title: \"?([^\")]*)", context)
         return f"<answer> {title[-1] if title else 'unknown'} </answer>"
 
-    def sync_weights(self, source: Any = None) -> None:
+    def sync_weights(self, source: Any = None, version: Any = None) -> None:
         """Scripted text does not depend on the weights."""
 
 

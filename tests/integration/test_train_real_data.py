@@ -79,7 +79,7 @@ class SearchingBackend:
             outputs.append(Generation(ids, [0.0] * len(ids), self.tokenizer.decode(ids), "stop"))
         return outputs
 
-    def sync_weights(self, source: Any = None) -> None:
+    def sync_weights(self, source: Any = None, version: Any = None) -> None:
         """Scripted text does not depend on the weights."""
 
 
