@@ -99,7 +99,7 @@ def test_interface_trains_on_the_merge_parquet_with_a_dense_index(
 
     seen: list[Any] = []
 
-    def scripted(model: Any, policy: Any, tokenizer: Any, max_len: int, *, seed: int = 0) -> Any:
+    def scripted(model: Any, policy: Any, tokenizer: Any, max_len: int, **_: Any) -> Any:
         seen.append(tokenizer)
         return SearchingBackend(tokenizer)
 
