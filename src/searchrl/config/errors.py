@@ -16,3 +16,9 @@ class OverrideError(ConfigError):
     2 like any other bad option, where a bad config *file* exits with 1."""
 
     exit_code = 2
+
+
+class MissingInput(SearchRLError):
+    """A setting names a file or folder that is not there. The surroundings are wrong, not
+    the command line, so it exits with 1 wherever the setting was given (as a missing
+    `data.train_files` does), and it is not a ConfigError that an override could be blamed for."""

@@ -16,7 +16,7 @@ from searchrl.config.checks import (
     PositiveInt,
     Seed,
 )
-from searchrl.config.errors import ConfigError
+from searchrl.config.errors import ConfigError, MissingInput
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.config.train import DataConfig, PolicyConfig
@@ -133,7 +133,7 @@ class SFTConfig:
         for folder in self.rollout_folders():
             for name in ("meta_train.jsonl", "meta_held_out.jsonl"):
                 if not (folder / "trajectories" / name).is_file():
-                    raise ConfigError(
+                    raise MissingInput(
                         f"meta_rollouts_from: {folder / 'trajectories' / name} does not exist"
                     )
         if self.meta_replay_from == "rollouts" and not (
