@@ -177,6 +177,8 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
     )
     console = Console()
     console.print(table)
+    if summary.get("failures"):
+        console.print(failure_rich_table(summary["failures"]))
     if "actor" in summary:
         actor, gain = summary["actor"], summary["actor"]["refinement_gain_em"]
         console.print(
@@ -190,6 +192,32 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
             f"[yellow]{summary['missing']} questions have no result (retrieval "
             "failed): rerun the same command to retry them[/yellow]"
         )
+
+
+FAILURE_COLUMNS = (
+    ("right", "right"),
+    ("shown_wrong", "shown, wrong"),
+    ("never_shown", "never shown"),
+    ("no_answer", "no answer"),
+    ("comparison", "comparison, wrong"),
+)
+"""The failure table's columns (`eval.evidence` says what each cause means)."""
+
+
+def failure_rich_table(failures: dict[str, dict[str, int]]) -> Table:
+    """Why questions were lost, per set: wrong answers whose gold was shown, never shown,
+    no answer, comparison questions answered wrong (and how many comparisons there were)."""
+    table = Table(title="Where the questions went (gold shown = in the passages the policy read)")
+    for column in ("set", "n", *(label for _, label in FAILURE_COLUMNS), "comparisons",
+                   "gold shown"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "set" else "right")
+    for name, counts in failures.items():
+        cells = [str(counts.get(key, 0)) for key, _ in FAILURE_COLUMNS]
+        comparisons = f"{counts.get('comparisons_right', 0)} / {counts.get('comparisons', 0)} right"
+        table.add_row(name, str(counts["n"]), *cells, comparisons, str(counts.get("gold_shown", 0)))
+    if any(counts.get("unknown") for counts in failures.values()):
+        table.caption = "rows written before evaluations kept gold_shown count in neither column"
+    return table
 
 
 @app.command("compare")

@@ -31,6 +31,7 @@ from typing import Any
 from searchrl.config.eval import EvalConfig
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
+from searchrl.eval.evidence import failure_table, row_evidence
 from searchrl.eval.methods import Context, Outcome, RecordingRetriever
 from searchrl.eval.registry import MethodSpec, method
 from searchrl.eval.store import SampleStore
@@ -194,7 +195,8 @@ def sample_row(
     latency: float,
     documents: dict[str, str],
 ) -> dict[str, Any]:
-    """One line of `samples.jsonl`."""
+    """One line of `samples.jsonl`: scores, the prediction, how the trajectory ended, what it
+    searched and was shown (`eval.evidence`), the passages it retrieved and the trajectory."""
     traj = outcome.trajectory
     seen = {d for call in traj.searches for d in call.doc_ids}
     row = {
@@ -213,6 +215,7 @@ def sample_row(
         "tokens": traj.stats.policy_tokens + outcome.aux_tokens,
         "latency": latency,
         "stop_reason": traj.stats.stop_reason,
+        **row_evidence(traj, documents),
         "documents": {d: documents[d] for d in sorted(seen) if d in documents},
         "trajectory": traj.to_json(),
     }
@@ -266,6 +269,7 @@ def evaluate(
         store.unlock()
     summary = summarize(rows, config.bootstrap_resamples, config.confidence, config.seed)
     summary.update(method=spec.name, model=config.model.name_or_path)
+    summary["failures"] = failure_table(rows)
     summary["missing"] = len(questions) - len(rows)
     path = out / "summary.json"
     tmp = path.with_suffix(".tmp")
