@@ -9,7 +9,7 @@ retrieved) and whether a gold answer stood, normalized and as whole words, in wh
 | cause         | the question was lost because                                              |
 |---------------|----------------------------------------------------------------------------|
 | `no_answer`   | the trajectory ended without an answer                                     |
-| `comparison`  | a yes/no or "A or B" question (the gold is yes/no or stands in the question): reading one passage cannot answer it |
+| `comparison`  | a yes/no or "A or B" question (the gold is yes/no or in the question)      |
 | `shown_wrong` | the gold was in the passages shown, and the policy answered something else |
 | `never_shown` | no passage shown held the gold (search or coverage, not reading)           |
 """
@@ -48,7 +48,8 @@ def is_comparison(question: str, golden_answers: Sequence[str]) -> bool:
 
 def _observations(traj: Trajectory) -> list[str]:
     """The `<information>` blocks as inserted (cut to the budget), in order."""
-    return [s.text for s in traj.segments if s.role == "env" and s.text.startswith(INFORMATION_OPEN)]
+    env = (s.text for s in traj.segments if s.role == "env")
+    return [text for text in env if text.startswith(INFORMATION_OPEN)]
 
 
 def shown_passages(traj: Trajectory, documents: Mapping[str, str]) -> tuple[list[str], str]:
