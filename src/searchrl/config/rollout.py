@@ -48,10 +48,19 @@ class RolloutConfig:
 
     force_answer: bool = False
     """In the final round (after `max_turns` rounds that could search), the reasoning is closed
-    for the policy: generation stops at `</think>`, the engine appends `\n<answer>` (an env
-    segment) and the policy completes the answer. Off (the paper): a final round that searches
-    again ends the trajectory without an answer. Search-R1's users ask for this; it gives
-    every trajectory that is not cut by the length cap an answer to be scored."""
+    for the policy: generation stops at `</think>`, and whatever the round ends with short of
+    an answer (a closed thought, a search that will not run, its token cap in mid-thought,
+    which the engine closes with `</think>`), the engine appends `\n<answer>` (an env
+    segment) and the policy completes the answer within `answer_tokens`. A row out of room
+    earlier is forced the same way. Off (the paper): a final round that searches again ends
+    the trajectory without an answer. Search-R1's users ask for this; it gives every
+    trajectory an answer to be scored."""
+
+    answer_tokens: PositiveInt = 32
+    """With `force_answer`: most tokens the policy writes after the engine opened its answer;
+    an answer not closed by then is cut there (its first line, `stop_reason` `answer_cap`),
+    so the final round always ends in an answer. Every earlier generation leaves this room
+    (and the few tokens that open the answer) under `max_total_tokens`."""
 
     search: bool = True
     """Give the policy the search engine. False is the R1 baseline (RL without search): the

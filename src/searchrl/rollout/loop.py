@@ -14,8 +14,13 @@ Where this departs from the original on purpose:
 - a retriever failure marks only the affected trajectories failed; the batch goes on.
 As in the original code, `max_turns` counts generation rounds (searches or not), and one final
 round follows in which a search is not executed. With `config.force_answer` that final round
-stops at `</think>`, the engine appends `\n<answer>` and the policy completes the answer (one
-more generation call, same turn), so a trajectory ends unanswered only at the length cap.
+stops at `</think>`; whatever it ends with short of an answer (a closed thought, a search that
+will not run, or its token cap in mid-thought, which the engine closes with `</think>`), the
+engine appends `\n<answer>` and the policy completes the answer in at most
+`config.answer_tokens` tokens (one more generation call, same turn); an answer still open
+then is cut there. A row that runs out of room earlier is forced the same way while the forced
+answer fits, and every generation leaves that room, so a trajectory ends unanswered only when
+the prompt itself leaves none.
 With `config.search` off (the R1 baseline) a trajectory is one turn that `</search>` does not
 stop, and nothing is ever retrieved.
 """
@@ -70,6 +75,8 @@ class _Row:
     """The pending env text did not fit under the total cap (it was not inserted)."""
     forcing: bool = False
     """`force_answer`: `\n<answer>` was appended; the next generation completes the answer."""
+    forced: bool = False
+    """The answer was forced once already (a row is never forced twice)."""
 
     @property
     def length(self) -> int:
@@ -132,6 +139,7 @@ class RolloutEngine:
         rows = [_Row(traj=t, turn=t.stats.turns) for t in starts]
         for row in rows:
             row.phase = self._decide(row, None)
+            self._insert_pending(row)
         while True:
             generating = [r for r in rows if r.phase is Phase.GENERATE]
             if not generating:
@@ -139,8 +147,7 @@ class RolloutEngine:
             self._generate(generating)
             self._search([r for r in rows if r.phase is Phase.SEARCH])
             for row in rows:
-                if row.phase is Phase.INSERT:
-                    self._insert(row)
+                self._insert_pending(row)
         for row in rows:
             self._score(row.traj)
         return [r.traj for r in rows]
@@ -151,20 +158,47 @@ class RolloutEngine:
         stats = row.traj.stats
         if stats.failed is not None:
             return self._finish(row, "failed")
-        out_of_room = row.overflow or row.length >= self.config.max_total_tokens
+        out_of_room = row.overflow or self._room(row) <= 0
         if action is None:
-            return self._finish(row, "length", truncated=True) if out_of_room else Phase.GENERATE
+            return self._force(row, "length") if out_of_room else Phase.GENERATE
         if action.kind == "answer":
             return self._finish(row, "answer")
         if not self.config.search:
             return self._finish(row, "no_answer")
         if row.turn > self.config.max_turns:
-            return self._finish(row, "max_turns")
+            return self._force(row, "max_turns")
         if out_of_room:
-            return self._finish(row, "length", truncated=True)
+            return self._force(row, "length")
         if action.kind == "search":
             return Phase.SEARCH
         row.pending_env = INVALID_ACTION_FEEDBACK
+        return Phase.INSERT
+
+    @property
+    def _forces(self) -> bool:
+        return self.config.force_answer and self.config.search
+
+    def _reserve(self, row: _Row) -> int:
+        """Tokens a generation leaves free under `force_answer`, so a forced answer still
+        fits after it: the longest forced text and the answer's cap."""
+        if not self._forces or row.forcing or row.forced:
+            return 0
+        return len(self.tok.encode(THINK_CLOSE + FORCED_ANSWER)) + self.config.answer_tokens
+
+    def _room(self, row: _Row) -> int:
+        """Tokens this row may still generate or be shown before its forced answer."""
+        return self.config.max_total_tokens - row.length - self._reserve(row)
+
+    def _force(self, row: _Row, reason: str, text: str = "") -> Phase:
+        """`force_answer`: open the answer for the policy (closing an open thought first)
+        instead of ending the row for `reason`; a row forced once, or without the room for
+        it, ends for `reason`."""
+        opened = text.count("<think>") > text.count(THINK_CLOSE)
+        forced = (THINK_CLOSE if opened else "") + FORCED_ANSWER
+        room = self.config.max_total_tokens - row.length
+        if not self._forces or row.forced or len(self.tok.encode(forced)) >= room:
+            return self._finish(row, reason, truncated=reason == "length")
+        row.pending_env, row.forcing, row.forced, row.overflow = forced, True, True, False
         return Phase.INSERT
 
     def _finish(self, row: _Row, reason: str, *, truncated: bool = False) -> Phase:
@@ -178,14 +212,14 @@ class RolloutEngine:
 
     def _sampling(self, row: _Row) -> SamplingParams:
         room = self.config.max_total_tokens - row.length
-        force = self.config.force_answer and self.config.search
-        stop = self._stop
+        force = self._forces
+        stop, cap = self._stop, min(self.config.max_response_tokens, self._room(row))
         if row.forcing:
-            stop = (ANSWER_CLOSE,)
+            stop, cap = (ANSWER_CLOSE,), min(self.config.answer_tokens, room)
         elif force and self._final_round(row):
             stop = (*self._stop, THINK_CLOSE)
         return SamplingParams(
-            max_new_tokens=min(self.config.max_response_tokens, room),
+            max_new_tokens=max(cap, 1),
             temperature=self.config.temperature,
             top_p=self.config.top_p,
             seed=row_seed(self.seed, row.traj.id + ("#answer" if row.forcing else ""), row.turn),
@@ -211,44 +245,47 @@ class RolloutEngine:
             if row.forcing:
                 row.phase = self._complete_forced(row, out.text)
                 continue
-            if self._should_force(row, out.text, out.stop_string):
-                row.turn += 1
-                row.traj.stats.turns = row.turn
-                row.pending_env, row.forcing = FORCED_ANSWER, True
-                row.phase = Phase.INSERT
-                continue
+            closed = self._closed_final_thought(row, out.text, out.stop_string)
             row.turn += 1
             row.traj.stats.turns = row.turn
             action = parse_action(out.text, self.config.search)
-            if action.kind == "invalid":
-                row.traj.stats.invalid_actions += 1
-            else:
-                row.traj.stats.valid_actions += 1
+            if not closed:  # a final round that only closed its thought took no action
+                valid = action.kind != "invalid"
+                row.traj.stats.valid_actions += int(valid)
+                row.traj.stats.invalid_actions += int(not valid)
             row.query = action.content if action.kind == "search" else ""
             if action.kind == "answer":
                 row.traj.answer = action.content
+            elif self._forces and row.turn > self.config.max_turns:
+                row.phase = self._force(row, "max_turns", out.text)
+                continue
             row.phase = self._decide(row, action)
 
-    def _should_force(self, row: _Row, text: str, stop_string: str | None) -> bool:
+    def _closed_final_thought(self, row: _Row, text: str, stop_string: str | None) -> bool:
         """`force_answer`: the final round closed its reasoning (and nothing else)."""
         return (
-            self.config.force_answer
-            and self.config.search
+            self._forces
             and self._final_round(row)
             and (stop_string == THINK_CLOSE or text.rstrip().endswith(THINK_CLOSE))
             and parse_action(text, self.config.search).kind == "invalid"
         )
 
     def _complete_forced(self, row: _Row, text: str) -> Phase:
-        """The policy's completion of the answer the engine opened."""
+        """The policy's completion of the answer the engine opened. One still open at
+        `answer_tokens` is cut there: its first line, up to any tag, is the answer
+        (`answer_cap`); only an empty one leaves the row unanswered."""
         row.forcing = False
         action = parse_action(FORCED_ANSWER + text, search=False)
-        if action.kind != "answer":
+        if action.kind == "answer":
+            row.traj.stats.valid_actions += 1
+            row.traj.answer = action.content
+            return self._finish(row, "answer")
+        capped = text.strip().split("\n", 1)[0].split("<", 1)[0].strip()
+        if not capped:
             row.traj.stats.invalid_actions += 1
             return self._finish(row, "max_turns")
-        row.traj.stats.valid_actions += 1
-        row.traj.answer = action.content
-        return self._finish(row, "answer")
+        row.traj.answer = capped
+        return self._finish(row, "answer_cap")
 
     def _search(self, rows: list[_Row]) -> None:
         """All queries of this turn in ONE retriever call; a failure fails these rows only."""
@@ -274,6 +311,12 @@ class RolloutEngine:
             row.traj.stats.searches += 1
             row.pending_env = format_information([h.document.contents for h in hits])
             row.phase = Phase.INSERT
+
+    def _insert_pending(self, row: _Row) -> None:
+        """Insert env text until the row waits for something else (an observation that
+        leaves no room is followed by the forced answer's opening)."""
+        while row.phase is Phase.INSERT:
+            self._insert(row)
 
     def _insert(self, row: _Row) -> None:
         """Append the pending env text as an `env` segment: an observation is cut to its token
