@@ -295,21 +295,39 @@ def _generate(
     bar = progress_bar(
         spec.name, total, enabled=config.progress, unit="questions", completed=already
     )
+    size = max(config.batch_size, 1)
+    by_uid = {q.uid: q for q in todo}
+
+    def write(pairs: list[tuple[Question, Outcome]], seconds: float) -> None:
+        """Append one chunk of finished questions; latency is the chunk's wall per question."""
+        documents = retriever.documents if retriever is not None else {}
+        latency = seconds / max(len(pairs), 1)
+        rows = [
+            sample_row(q, o, spec, latency, documents)
+            for q, o in pairs
+            if o.trajectory.stats.failed is None
+        ]
+        store.append(rows)
+        advance(len(pairs))
+        if on_batch is not None:
+            on_batch(len(pairs))
+
     with bar as advance:
-        for start in range(0, len(todo), max(config.batch_size, 1)):
-            batch = todo[start : start + max(config.batch_size, 1)]
-            tick = time.perf_counter()
+        tick = time.perf_counter()
+        if spec.stream is not None:  # `size` questions in flight, written `size` at a time
+            chunk: list[tuple[Question, Outcome]] = []
+            for outcome in spec.stream(todo, ctx, size):
+                chunk.append((by_uid[outcome.trajectory.uid], outcome))
+                if len(chunk) == size:
+                    write(chunk, time.perf_counter() - tick)
+                    chunk, tick = [], time.perf_counter()
+            if chunk:
+                write(chunk, time.perf_counter() - tick)
+            return
+        for start in range(0, len(todo), size):
+            batch = todo[start : start + size]
             outcomes = spec.run(batch, ctx)
-            latency = (time.perf_counter() - tick) / len(batch)
-            documents = retriever.documents if retriever is not None else {}
-            rows = [
-                sample_row(q, o, spec, latency, documents)
-                for q, o in zip(batch, outcomes, strict=True)
-                if o.trajectory.stats.failed is None
-            ]
-            store.append(rows)
+            write(list(zip(batch, outcomes, strict=True)), time.perf_counter() - tick)
             if retriever is not None:
                 retriever.documents.clear()
-            advance(len(batch))
-            if on_batch is not None:
-                on_batch(len(batch))
+            tick = time.perf_counter()

@@ -19,7 +19,7 @@ same `Trajectory` record, scored by the same metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from torch import nn
@@ -32,7 +32,7 @@ from searchrl.refiner import MetaRefiner
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
 from searchrl.rollout.loop import RolloutEngine, run_rollouts
-from searchrl.rollout.sampler import encode_prompt
+from searchrl.rollout.sampler import encode_prompt, fresh_trajectories
 from searchrl.types import Hit, Question, SearchCall, Trajectory
 
 
@@ -59,6 +59,8 @@ class Outcome:
 
 
 RunFn = Callable[[Sequence[Question], Context], list[Outcome]]
+StreamFn = Callable[[Sequence[Question], Context, int], Iterator[Outcome]]
+"""A method that keeps `width` questions in flight and yields each outcome when it is done."""
 
 
 class NoRetriever:
@@ -169,6 +171,22 @@ def policy_method(search: bool) -> RunFn:
         return [Outcome(t) for t in trajectories]
 
     return run
+
+
+def policy_stream(search: bool) -> StreamFn:
+    """`policy_method` with at most `width` questions in flight: a question enters as soon as
+    another is done (`RolloutEngine.stream`), so one long trajectory shares its generation
+    calls with new questions instead of holding a finished batch."""
+
+    def stream(questions: Sequence[Question], ctx: Context, width: int) -> Iterator[Outcome]:
+        config = replace(ctx.config.rollout, search=search)
+        retriever = ctx.retriever if search and ctx.retriever is not None else NoRetriever()
+        starts = fresh_trajectories(ctx.tokenizer, questions, 1, config)
+        engine = RolloutEngine(ctx.backend, ctx.tokenizer, retriever, config, ctx.config.seed)
+        for trajectory in engine.stream(starts, width):
+            yield Outcome(trajectory)
+
+    return stream
 
 
 def run_search_r2(questions: Sequence[Question], ctx: Context) -> list[Outcome]:

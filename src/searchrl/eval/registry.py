@@ -16,7 +16,9 @@ from types import MappingProxyType
 from searchrl.eval.agents import run_ircot, run_search_o1
 from searchrl.eval.methods import (
     RunFn,
+    StreamFn,
     policy_method,
+    policy_stream,
     run_cot,
     run_direct,
     run_rag,
@@ -35,9 +37,13 @@ class MethodSpec:
     trained: bool
     """Evaluates a trained policy, so `--model` must be given explicitly."""
     description: str
+    stream: StreamFn | None = None
+    """Run with a fixed number of questions in flight instead of batch by batch (the
+    multi-turn policies: one long trajectory would hold its batch)."""
 
 
 _SEARCHING = policy_method(search=True)
+_STREAMING = policy_stream(search=True)
 
 METHODS = MappingProxyType(
     {
@@ -55,9 +61,13 @@ METHODS = MappingProxyType(
                 "rag-ft", run_rag, True, True, "RAG, fine-tuned (question + passages → answer)"
             ),
             MethodSpec("r1", policy_method(search=False), False, True, "RL-trained, no search"),
-            MethodSpec("sft", _SEARCHING, True, True, "SFT policy with search"),
-            MethodSpec("rejection", _SEARCHING, True, True, "rejection-sampling SFT policy"),
-            MethodSpec("search-r1", _SEARCHING, True, True, "RL-trained policy with search"),
+            MethodSpec("sft", _SEARCHING, True, True, "SFT policy with search", _STREAMING),
+            MethodSpec(
+                "rejection", _SEARCHING, True, True, "rejection-sampling SFT policy", _STREAMING
+            ),
+            MethodSpec(
+                "search-r1", _SEARCHING, True, True, "RL-trained policy with search", _STREAMING
+            ),
             MethodSpec("search-r2", run_search_r2, True, True, "policy + Meta-Refiner (refiner.*)"),
         )
     }

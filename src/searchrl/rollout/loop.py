@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import (
@@ -136,21 +137,37 @@ class RolloutEngine:
 
     def run(self, starts: Sequence[Trajectory]) -> list[Trajectory]:
         """Extend every start trajectory until it is done; returns them in the same order."""
-        rows = [_Row(traj=t, turn=t.stats.turns) for t in starts]
-        for row in rows:
-            row.phase = self._decide(row, None)
-            self._insert_pending(row)
+        position = {id(t): i for i, t in enumerate(starts)}
+        done = sorted(self.stream(starts, max(len(starts), 1)), key=lambda t: position[id(t)])
+        return done
+
+    def stream(self, starts: Iterable[Trajectory], width: int) -> Iterator[Trajectory]:
+        """Extend the start trajectories with at most `width` in flight, yielding each one as
+        soon as it is done and taking the next start in its place, so a long row shares its
+        generation calls with new ones instead of holding a batch that has finished (what
+        `searchrl eval` runs; `run` admits every start at once). Rows finished in the same
+        pass come out in the order they were admitted."""
+        pending = iter(starts)
+        rows: list[_Row] = []
         while True:
-            generating = [r for r in rows if r.phase is Phase.GENERATE]
-            if not generating:
-                break
-            self._generate(generating)
-            self._search([r for r in rows if r.phase is Phase.SEARCH])
-            for row in rows:
+            for traj in islice(pending, max(width - len(rows), 0)):
+                row = _Row(traj=traj, turn=traj.stats.turns)
+                row.phase = self._decide(row, None)
                 self._insert_pending(row)
-        for row in rows:
-            self._score(row.traj)
-        return [r.traj for r in rows]
+                rows.append(row)
+            if not rows:
+                return
+            generating = [r for r in rows if r.phase is Phase.GENERATE]
+            if generating:
+                self._generate(generating)
+                self._search([r for r in rows if r.phase is Phase.SEARCH])
+                for row in rows:
+                    self._insert_pending(row)
+            for row in rows:
+                if row.phase is Phase.DONE:
+                    self._score(row.traj)
+                    yield row.traj
+            rows = [r for r in rows if r.phase is not Phase.DONE]
 
     def _decide(self, row: _Row, action: Action | None) -> Phase:
         """The termination rules, all in one place. `action` is the turn just generated, or

@@ -111,3 +111,28 @@ def test_gold_matching_is_normalized_whole_words() -> None:
     assert is_comparison("Which is older, the Louvre or the Prado?", ["The Louvre"])
     assert is_comparison("Are both French?", ["Yes"])
     assert not is_comparison("Where was Eiffel born?", ["Dijon"])
+
+
+def test_a_long_trajectory_does_not_hold_its_batch(tokenizer, tmp_path) -> None:
+    """Issue 64: one row searching turn after turn while its batch had finished left the engine
+    decoding a single row; streamed, new questions join its generation calls."""
+    questions = [Question(f"q:{i}", f"Question number {i}", ("x",), "nq") for i in range(9)]
+
+    def script(context: str) -> str:
+        if "Question number 0" in context:  # never answers: runs to the turn limit
+            return "<think> more </think>\n<search> again </search>"
+        return "<answer> x </answer>"
+
+    backend = ScriptedBackend(tokenizer, script)
+    policy = Policy(backend, tokenizer, None)
+    rollout = replace(RolloutConfig(), max_turns=6, force_answer=True)
+    config = EvalConfig(method="search-r1", batch_size=3, progress=False,
+                        bootstrap_resamples=100, rollout=rollout)  # fmt: skip
+    evaluate(config, questions, tmp_path, Resources(lambda: DictRetriever(DOCS), lambda: policy))
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(q.uid for q in questions)
+    assert {r["id"]: r["searches"] for r in rows}["q:0"] == 6
+    widths = [len(call) for call in backend.calls]
+    # the long row never decodes alone while questions wait: 8 short ones in 4 calls beside it
+    assert widths[:4] == [3, 3, 3, 3] and sum(widths) == 8 + 6 + 2
+    assert rows[0]["id"] != "q:0"  # finished questions are written first
