@@ -23,6 +23,7 @@ from searchrl.train.metrics import MetricsWriter
 from searchrl.train.models import use_bf16
 from searchrl.train.run import progress_bar, seed_everything, set_threads, write_config
 from searchrl.train.sft import (
+    answer_token_weights,
     baseline_examples,
     observation_view,
     reference_trajectory,
@@ -96,6 +97,9 @@ def sft(
     ) -> None:
         nonlocal done
         total = sft_step_count(len(examples), phase)
+        tokens = None
+        if config.answer_weight != 1.0:
+            tokens = [answer_token_weights(t, tokenizer, config.answer_weight) for t in examples]
         saves = PhaseCheckpoints(checkpoints / prefix, phase.save_every)
         resumed = saved_step(saves.root)
         if resume and resumed < total:  # rows after the checkpoint are redone
@@ -110,7 +114,7 @@ def sft(
                     description = f"loss={loss:.3f} · {speed:.0f} tokens/s"
                     bar.update(bar.task_ids[0], completed=step, description=description)
 
-            stats = run_sft(policy, examples, pad_id, phase, bf16, log, weights, saves)
+            stats = run_sft(policy, examples, pad_id, phase, bf16, log, weights, saves, tokens)
         history.extend(_named(s, prefix) for s in stats)
         done += total
 

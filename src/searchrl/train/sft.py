@@ -162,6 +162,24 @@ def baseline_examples(
     ]
 
 
+def answer_token_weights(traj: Trajectory, tokenizer: object, weight: float) -> list[float]:
+    """One loss weight per response token: `weight` on the answer's tokens (from `<answer>`
+    in the last policy segment to its end, or the whole segment when the engine opened the
+    answer before it), 1 elsewhere (masked tokens included: the mask zeroes them)."""
+    weights = [1.0] * len(traj.response_ids)
+    if weight == 1.0 or not traj.segments or traj.segments[-1].role != "policy":
+        return weights
+    ids = traj.segments[-1].token_ids
+    decode = tokenizer.decode  # type: ignore[attr-defined]
+    start = next((k for k in range(len(ids) - 1, -1, -1) if "<answer>" in decode(ids[k:])), None)
+    if start is None:
+        opened = len(traj.segments) > 1 and traj.segments[-2].text.rstrip().endswith("<answer>")
+        start = 0 if opened else len(ids)
+    first = len(weights) - len(ids) + start
+    weights[first:] = [weight] * (len(weights) - first)
+    return weights
+
+
 def solved_references(references: Sequence[Reference]) -> list[Reference]:
     """Only transcripts whose answer is right: SFT must not imitate the solver's failures."""
     return [r for r in references if r.em >= 1.0]
@@ -218,6 +236,17 @@ def example_weight_tensor(n: int, example_weights: Sequence[float] | None) -> to
     return weights
 
 
+def _token_weight_tensor(
+    token_weights: Sequence[Sequence[float]], picked: Sequence[int], width: int
+) -> torch.Tensor:
+    """[len(picked), width] from per-trajectory token weights (1 past a row's end)."""
+    out = torch.ones(len(picked), width)
+    for row, i in enumerate(picked):
+        values = torch.as_tensor(list(token_weights[i][:width]), dtype=torch.float32)
+        out[row, : values.numel()] = values
+    return out
+
+
 def _update(
     policy: nn.Module,
     batch: Any,
@@ -256,6 +285,7 @@ def run_sft(
     log: LogFn | None = None,
     example_weights: Sequence[float] | None = None,
     checkpoints: PhaseCheckpoints | None = None,
+    token_weights: Sequence[Sequence[float]] | None = None,
 ) -> list[dict[str, float]]:
     """Train `policy` in place on the trained tokens of `trajectories`; returns per-step stats
     (`sft/loss` = mean NLL per trained token, `sft/grad_norm`, `sft/lr`, and throughput since
@@ -267,7 +297,10 @@ def run_sft(
     examples can count more or less than the Actor's without changing the batch.
 
     `checkpoints`: save there every few steps, and first continue from the newest checkpoint
-    found there (a finished phase returns its stats at once, its weights restored)."""
+    found there (a finished phase returns its stats at once, its weights restored).
+
+    `token_weights` (one list per trajectory, one weight per response token; e.g.
+    `answer_token_weights`) multiply the tokens' shares of that mean."""
     if not trajectories:
         raise ValueError("no trajectories to fine-tune on")
     per_example = example_weight_tensor(len(trajectories), example_weights)
@@ -290,7 +323,10 @@ def run_sft(
         picked = sorted(take(config.batch_size), key=lambda i: -_length(trajectories[i]))
         batch = collate([trajectories[i] for i in picked], pad_id, include_meta=True)
         mask = training_mask(batch.policy_mask, batch.response_mask, config.mask_env)
-        weights = token_mean_weights(mask * per_example[picked].unsqueeze(1))  # [B, R]
+        scaled = mask * per_example[picked].unsqueeze(1)
+        if token_weights is not None:
+            scaled = scaled * _token_weight_tensor(token_weights, picked, mask.shape[1])
+        weights = token_mean_weights(scaled)  # [B, R]
         start = time.perf_counter()
         total, norm = _update(policy, batch, weights, config, bf16, optimizer)
         scheduler.step()
