@@ -153,6 +153,10 @@ class GroundingConfig:
     """When the first search misses, try a second search for an entity the first passages
     name (HotpotQA's bridge questions: the film's passage names the director, whose own
     passage holds the birthplace); keep it when that search finds a gold answer."""
+    comparisons: bool = True
+    """Comparison questions (HotpotQA's `comparison` type, or a yes/no answer, or one the
+    question names) get a transcript that searches each of the two entities the question
+    names and answers from both (`data.comparison`); without it they are never grounded."""
     bridge_candidates: PositiveInt = 6
     """Most entities of the first passages tried as the second query, in order of appearance
     (passage titles first)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from searchrl.config.data import GroundingConfig
+from searchrl.data.comparison import compared_entities, compares, comparison_reference
 from searchrl.data.templates import INFORMATION_CLOSE, format_information
 from searchrl.data.world.solver import Reference
 from searchrl.retrieval.base import Retriever
@@ -210,6 +211,9 @@ def ground_references(
     def shown(hits: Sequence[Hit]) -> str:
         return view(format_information([h.document.contents for h in hits]))
 
+    pairs = {}
+    if config.comparisons:
+        pairs = {i: compared_entities(q.question) for i, q in enumerate(questions) if compares(q)}
     queries = [q.question.strip() for q in questions]
     with progress_bar("grounding: first search", len(queries), enabled=progress) as advance:
         first = _search(retriever, queries, topk, advance)
@@ -217,7 +221,7 @@ def ground_references(
     pending: list[tuple[int, int, str]] = []  # (question index, rank, entity)
     for i, (question, hits) in enumerate(zip(questions, first, strict=True)):
         golds = groundable(question)
-        if not golds:
+        if not golds or i in pairs:
             continue
         observation = shown(hits)
         evidence = find_evidence(observation, golds, config.quote_words)
@@ -241,4 +245,13 @@ def ground_references(
                 thought = f"Doc {rank} mentions {name}. I need to search for {name}."
                 steps = [(FIRST_THOUGHT, queries[i], first[i]), (thought, name, hits)]
                 found[i] = _reference(questions[i], steps, evidence)
+    both = {i: pair for i, pair in pairs.items() if pair is not None}
+    names = [name for pair in both.values() for name in pair]
+    with progress_bar("grounding: comparisons", len(names), enabled=progress) as advance:
+        results = iter(_search(retriever, names, topk, advance))
+    for i, pair in both.items():
+        hits = (next(results), next(results))
+        made = comparison_reference(questions[i], pair, hits, view, config.quote_words)
+        if made is not None:
+            found[i] = made
     return [found[i] for i in sorted(found)]

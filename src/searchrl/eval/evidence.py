@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from searchrl.data.comparison import is_comparison
 from searchrl.data.templates import INFORMATION_OPEN
 from searchrl.eval.summary import set_order
 from searchrl.reward.metrics import normalize_answer
@@ -28,7 +29,6 @@ from searchrl.types import Trajectory
 
 CAUSES = ("no_answer", "comparison", "shown_wrong", "never_shown")
 """Why a wrong answer was wrong, in the order the first matching cause is taken."""
-YES_NO = frozenset({"yes", "no"})
 _DOC = re.compile(r"Doc \d+\(Title: ")
 
 
@@ -38,12 +38,6 @@ def holds_answer(text: str, golden_answers: Sequence[str]) -> bool:
     return any(
         norm and f" {norm} " in haystack for norm in (normalize_answer(g) for g in golden_answers)
     )
-
-
-def is_comparison(question: str, golden_answers: Sequence[str]) -> bool:
-    """A yes/no or "A or B" question: a gold is yes/no or already stands in the question."""
-    golds = [normalize_answer(g) for g in golden_answers]
-    return any(g in YES_NO for g in golds) or holds_answer(question, golden_answers)
 
 
 def _observations(traj: Trajectory) -> list[str]:

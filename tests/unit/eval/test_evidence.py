@@ -14,7 +14,8 @@ from rollout_fakes import DictRetriever, ScriptedBackend
 from searchrl.cli.eval import failure_rich_table
 from searchrl.config.eval import EvalConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.eval.evidence import cause, failure_table, holds_answer, is_comparison
+from searchrl.data.comparison import is_comparison
+from searchrl.eval.evidence import cause, failure_table, holds_answer
 from searchrl.eval.harness import Resources, evaluate
 from searchrl.models.loading import Policy
 from searchrl.types import Document, Question
