@@ -62,6 +62,13 @@ class RolloutConfig:
     so the final round always ends in an answer. Every earlier generation leaves this room
     (and the few tokens that open the answer) under `max_total_tokens`."""
 
+    decode_chunk: NonNegativeInt = 0
+    """> 0: one generation call gives a row at most this many tokens; a longer turn goes on
+    in the next call (stop strings straddling two calls are found), beside the rows that
+    joined meanwhile, so one long turn does not keep a call decoding it alone after the
+    others stopped. 0: a turn is one call. `searchrl eval` uses 64 (questions stream through
+    it); training keeps 0."""
+
     search: bool = True
     """Give the policy the search engine. False is the R1 baseline (RL without search): the
     prompt carries no search instructions (`r1_prompt`), `</search>` does not stop a turn, no

@@ -46,6 +46,7 @@ from searchrl.data.templates import (
 from searchrl.models.generation import GenerationBackend, SamplingParams
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
+from searchrl.rollout.chunks import Partial, join_chunk
 from searchrl.rollout.parse import Action, parse_action
 from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
 from searchrl.types import Question, Role, SearchCall, Segment, Trajectory
@@ -78,6 +79,8 @@ class _Row:
     """`force_answer`: `\n<answer>` was appended; the next generation completes the answer."""
     forced: bool = False
     """The answer was forced once already (a row is never forced twice)."""
+    partial: Partial | None = None
+    """The turn generated so far when it is decoded in chunks (`rollout.decode_chunk`)."""
 
     @property
     def length(self) -> int:
@@ -235,30 +238,45 @@ class RolloutEngine:
             stop, cap = (ANSWER_CLOSE,), min(self.config.answer_tokens, room)
         elif force and self._final_round(row):
             stop = (*self._stop, THINK_CLOSE)
+        if row.partial is None:
+            row.partial = Partial(cap=max(cap, 1))
+        done = len(row.partial.token_ids)
+        left = max(row.partial.cap - done, 1)
+        key = row.traj.id + ("#answer" if row.forcing else "") + (f"@{done}" if done else "")
         return SamplingParams(
-            max_new_tokens=max(cap, 1),
+            max_new_tokens=min(left, self.config.decode_chunk or left),
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            seed=row_seed(self.seed, row.traj.id + ("#answer" if row.forcing else ""), row.turn),
+            seed=row_seed(self.seed, key, row.turn),
             stop=stop,
             continues=row.turn < self.config.max_turns
-            or (force and not row.forcing and self._final_round(row)),
+            or (force and not row.forcing and self._final_round(row))
+            or left > (self.config.decode_chunk or left),
         )
 
     def _generate(self, rows: list[_Row]) -> None:
         """One backend call for every row waiting to generate."""
         prompts = [r.traj.prompt_ids + r.traj.response_ids for r in rows]
+        params = [self._sampling(r) for r in rows]
+        for prompt, row in zip(prompts, rows, strict=True):
+            prompt += row.partial.token_ids if row.partial is not None else []
         started = time.perf_counter()
-        outputs = self.backend.generate(prompts, [self._sampling(r) for r in rows])
+        outputs = self.backend.generate(prompts, params)
         elapsed = time.perf_counter() - started
         generated = sum(len(out.token_ids) for out in outputs)
-        for row, out in zip(rows, outputs, strict=True):
+        for row, chunk, sampled in zip(rows, outputs, params, strict=True):
+            # Each row's share of the batched call, by the tokens it generated: summed over
+            # the rows, the shares add up to the call's wall time (tokens/s stays honest).
+            row.traj.stats.generation_s += elapsed * len(chunk.token_ids) / max(generated, 1)
+            assert row.partial is not None
+            chunked = self.config.decode_chunk > 0
+            out = join_chunk(row.partial, chunk, sampled.stop, self.tok.decode, chunked)
+            if out is None:  # the turn goes on in the next call
+                continue
+            row.partial = None
             complete = len(out.logprobs) == len(out.token_ids)
             logprobs = list(out.logprobs) if complete else None
             self._append(row.traj, "policy", out.text, out.token_ids, logprobs)
-            # Each row's share of the batched call, by the tokens it generated: summed over
-            # the rows, the shares add up to the call's wall time (tokens/s stays honest).
-            row.traj.stats.generation_s += elapsed * len(out.token_ids) / max(generated, 1)
             if row.forcing:
                 row.phase = self._complete_forced(row, out.text)
                 continue
