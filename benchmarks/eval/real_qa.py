@@ -21,6 +21,8 @@ killed training or evaluation continues where it stopped):
     train:rejection              5 samples with search per question, the correct ones kept,
                                  fine-tuned from the warm start (`--rejection-questions`)
     eval:<cell>                  `searchrl eval` of one method (CELLS) on the seven sets
+                                 (`shipped`: the package's `embedded-warm`, as users load it)
+    check:<cell>                 the same on CHECK_ROWS (neither trained on nor reported)
     compare                      `searchrl eval compare` for each pair of PAIRS
     table                        OUT/table.md: the grid, the recall ceiling, comparisons, times
 
@@ -43,14 +45,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_qa_report import archive, recall_table, table_markdown
+from real_qa_report import archive, grid, recall_table, table_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("SEARCHRL_SHARED_DATA", REPO.parent / "shared" / "data"))
 SEARCHRL = [sys.executable, "-m", "searchrl"]
-BUDGET = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=300",
+BUDGET = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=500",
           "rollout.max_total_tokens=3072")  # fmt: skip
-"""Every method's evaluation budgets (those of docs/baselines.md's world grid)."""
+"""Every method's evaluation budgets: the world grid's (docs/baselines.md), with the
+observation budget the presets use since issue 64 (top-3 passages nearly whole,
+`benchmarks/eval/obs_budget.py`)."""
+CHECK_ROWS = ("nq.jsonl[100:300]", "popqa.jsonl[100:200]", "hotpotqa.jsonl[100:200]",
+              "2wikimultihopqa.jsonl[100:200]")  # fmt: skip
+"""The outside check (`check:<cell>`): rows neither trained on (training starts at row 1000)
+nor reported (Table 2 is rows 0-99), on which the goals must hold too."""
 TRAINED_EVAL = ("rollout.max_turns=5", "rollout.force_answer=true")
 """The trained search policies evaluate as their recipe rolls out (`tiny_cpu_grpo`)."""
 
@@ -76,6 +84,7 @@ CELLS = (
     Cell("rejection", "rejection", "train:rejection", True),
     Cell("search-r1", "search-r1", "train:search-r1", True),
     Cell("search-r1-unmasked", "search-r1", "train:unmasked", True),
+    Cell("shipped", "sft", "embedded-warm", True),
 )
 PAIRS = (
     ("search-r1", "rag-ft"), ("search-r1", "sft"), ("search-r1", "search-r1-unmasked"),
@@ -92,6 +101,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--corpus", type=Path, default=SHARED / "corpus" / "wiki_paragraphs.jsonl")
     p.add_argument("--limit", type=int, default=100, help="Evaluation rows per set (≤ 500).")
     p.add_argument("--retriever", default="dense", help="bm25 or dense: the grid's engine.")
+    p.add_argument("--index", type=Path, help="An index of the corpus already built (its "
+                   "engine is --retriever's): used instead of OUT/index/<engine>.")  # fmt: skip
     p.add_argument("--stages", default="", help="Comma list (default: all, in order).")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=20, help="GRPO steps of the three RL arms.")
@@ -109,7 +120,8 @@ def parse_args() -> argparse.Namespace:
 def all_stages() -> list[str]:
     trains = ["sft", "direct-ft", "rag-ft", "search-r1", "unmasked", "r1", "rejection"]
     return ["index:bm25", "index:dense", "recall", *(f"train:{t}" for t in trains),
-            *(f"eval:{c.name}" for c in CELLS), "compare", "table"]  # fmt: skip
+            *(f"eval:{c.name}" for c in CELLS), *(f"check:{c.name}" for c in CELLS),
+            "compare", "table"]  # fmt: skip
 
 
 class Times:
@@ -155,6 +167,8 @@ def _done(path: Path) -> bool:
 
 
 def _index(args: argparse.Namespace, kind: str | None = None) -> Path:
+    if args.index is not None and kind in (None, args.retriever):
+        return args.index
     return args.out / "index" / (kind or args.retriever)
 
 
@@ -178,14 +192,18 @@ def train_command(args: argparse.Namespace, name: str) -> list[str]:
             *arm[name], *args.rl_set]  # fmt: skip
 
 
-def eval_command(args: argparse.Namespace, cell: Cell) -> list[str]:
-    """`searchrl eval` of one cell on the first `--limit` rows of the seven sets."""
-    model = "embedded" if cell.model == "embedded" else str(_model(args.out, cell.model))
+def eval_command(args: argparse.Namespace, cell: Cell, check: bool = False) -> list[str]:
+    """`searchrl eval` of one cell on the first `--limit` rows of the seven sets, or with
+    `check` on CHECK_ROWS into OUT/check/<cell>."""
+    packaged = cell.model in ("embedded", "embedded-warm")
+    model = cell.model if packaged else str(_model(args.out, cell.model))
     trained = cell.model != "embedded" and cell.method not in ("direct-ft", "rag-ft")
     sets = [*BUDGET, *(TRAINED_EVAL if trained else ())]
-    argv = [*SEARCHRL, "eval", "--method", cell.method, "--model", model, "--data", str(args.qa),
-            "--limit", str(args.limit), "--out", str(args.out / "evals" / cell.name),
-            "--batch-size", str(args.batch_size)]  # fmt: skip
+    data = [x for rows in CHECK_ROWS for x in ("--data", str(args.qa / rows))] if check else [
+        "--data", str(args.qa), "--limit", str(args.limit)]  # fmt: skip
+    folder = args.out / ("check" if check else "evals") / cell.name
+    argv = [*SEARCHRL, "eval", "--method", cell.method, "--model", model, *data,
+            "--out", str(folder), "--batch-size", str(args.batch_size)]  # fmt: skip
     if cell.retrieval:
         argv += ["--index", str(_index(args))]
     return argv + [x for s in sets for x in ("--set", s)]
@@ -209,10 +227,11 @@ def run_stage(args: argparse.Namespace, stage: str, times: Times) -> None:
     elif kind == "train":
         if not _done(_model(args.out, stage) / "config.json"):
             times.run(stage, train_command(args, name), log)
-    elif kind == "eval":
+    elif kind in ("eval", "check"):
         cell = next(c for c in CELLS if c.name == name)
-        if not _done(args.out / "evals" / name / "summary.json") or _incomplete(args, name):
-            times.run(stage, eval_command(args, cell), log)
+        folder = args.out / ("evals" if kind == "eval" else "check") / name
+        if not _done(folder / "summary.json") or _incomplete(folder):
+            times.run(stage, eval_command(args, cell, check=kind == "check"), log)
     elif kind == "compare":
         for first, second in PAIRS:
             a, b = (args.out / "evals" / n for n in (first, second))
@@ -227,14 +246,17 @@ def run_stage(args: argparse.Namespace, stage: str, times: Times) -> None:
         raise SystemExit(f"unknown stage {stage!r}; known: {', '.join(all_stages())}")
 
 
-def _incomplete(args: argparse.Namespace, name: str) -> bool:
-    summary = json.loads((args.out / "evals" / name / "summary.json").read_text())
+def _incomplete(folder: Path) -> bool:
+    summary = json.loads((folder / "summary.json").read_text())
     return int(summary.get("missing", 0)) > 0
 
 
 def write_table(args: argparse.Namespace) -> str:
     """OUT/table.md from what the stages left (any subset)."""
     text = table_markdown(args.out, [c.name for c in CELLS], PAIRS)
+    if (args.out / "check").is_dir():
+        text += "\nThe outside check (" + ", ".join(CHECK_ROWS) + "):\n\n"
+        text += grid(args.out, [c.name for c in CELLS], folder="check")
     recall = args.out / "recall.json"
     if recall.is_file():
         text += "\n" + recall_table(json.loads(recall.read_text()))

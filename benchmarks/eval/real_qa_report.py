@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search_r2"))  # its archive helpers
-from search_r2_archive import _commit, _copy, _slim_samples, _versions, fingerprint
+from search_r2_archive import _commit, _copy, _versions, fingerprint, slim_row
 
 SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 LABELS = ("NQ", "TriviaQA", "PopQA", "HotpotQA", "2wiki", "Musique", "Bamboogle")
-OBS_TOKENS = 300
-"""The policy's observation budget in the presets and the evaluation (`rollout.max_obs_tokens`)."""
+OBS_TOKENS = 500
+"""The policy's observation budget in the presets and the evaluation (`rollout.max_obs_tokens`),
+chosen by `benchmarks/eval/obs_budget.py`: top-3 passages nearly whole."""
 
 
 def measure_recall(qa: Path, limit: int, indexes: dict[str, Path], topk: int = 3) -> dict:
@@ -91,13 +92,14 @@ def _estimate(block: dict | None) -> str:
     return f"{block['mean']:.3f} [{block['low']:.2f}, {block['high']:.2f}]"
 
 
-def grid(out: Path, cells: Sequence[str]) -> str:
-    """One row per evaluated cell: EM per set with its 95% interval, Avg., searches, n."""
+def grid(out: Path, cells: Sequence[str], folder: str = "evals") -> str:
+    """One row per evaluated cell (in OUT/`folder`): EM per set with its 95% interval, Avg.,
+    searches, n."""
     header = ["cell", "method", *LABELS, "Avg.", "general", "multi-hop", "SubEM Avg.",
               "searches / q", "n"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in cells:
-        path = out / "evals" / name / "summary.json"
+        path = out / folder / name / "summary.json"
         if not path.is_file():
             continue
         s = json.loads(path.read_text())
@@ -130,6 +132,26 @@ def comparisons(out: Path, pairs: Sequence[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def failures(out: Path, cells: Sequence[str]) -> str:
+    """Where each cell's questions went (`searchrl.eval.evidence`): right, wrong with the gold
+    shown, never shown, unanswered, comparisons, over all sets."""
+    header = ["cell", "n", "right", "shown, wrong", "never shown", "no answer",
+              "comparison, wrong", "comparisons right", "gold shown"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in cells:
+        path = out / "evals" / name / "summary.json"
+        table = json.loads(path.read_text()).get("failures") if path.is_file() else None
+        if not table:
+            continue
+        c = table["all"]
+        lines.append(
+            f"| {name} | {c['n']} | {c['right']} | {c['shown_wrong']} | {c['never_shown']} | "
+            f"{c['no_answer']} | {c['comparison']} | {c['comparisons_right']} / "
+            f"{c['comparisons']} | {c['gold_shown']} |"
+        )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def references(out: Path) -> str:
     """How many training questions the warm start's grounded references cover."""
     path = out / "train" / "sft" / "references_train.jsonl"
@@ -153,12 +175,41 @@ def times_table(out: Path) -> str:
     return "Stage times (wall clock and CPU, this machine):\n\n" + "\n".join(lines) + "\n"
 
 
+FAILURES_TITLE = "\nWhere the questions went (wrong answers by cause, `searchrl.eval.evidence`):\n"
+
+
+def _titled(title: str, body: str) -> str:
+    return title + "\n" + body if body else ""
+
+
 def table_markdown(out: Path, cells: Sequence[str], pairs: Sequence[tuple[str, str]]) -> str:
     """Everything OUT holds, as Markdown."""
     parts = ["EM on the first rows of each of the seven sets, 95% intervals:\n", grid(out, cells),
              "\nPaired, on the same questions (`searchrl eval compare A B`):\n",
-             comparisons(out, pairs), "\n" + references(out), "\n" + times_table(out)]  # fmt: skip
+             comparisons(out, pairs), _titled(FAILURES_TITLE, failures(out, cells)),
+             "\n" + references(out), "\n" + times_table(out)]  # fmt: skip
     return "\n".join(p for p in parts if p.strip()) + "\n"
+
+
+EVIDENCE = ("prediction", "queries", "stop_reason", "shown", "gold_shown")
+"""Per-question fields an archived row keeps besides its scores: what a reader needs to check
+a failure (`searchrl.eval.evidence`) without the trajectory."""
+
+
+def evidence_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An archived row: id, set, every score and flag, and the evidence fields."""
+    return {**slim_row(row), **{k: row[k] for k in EVIDENCE if k in row}}
+
+
+def _evidence_samples(src: Path, dst: Path) -> list[Path]:
+    rows = src / "samples.jsonl"
+    if not rows.is_file():
+        return []
+    dst.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(evidence_row(json.loads(x)), ensure_ascii=False)
+             for x in rows.read_text().splitlines() if x.strip()]  # fmt: skip
+    (dst / "samples.jsonl").write_text("".join(line + "\n" for line in lines))
+    return [dst / "samples.jsonl", *_copy(src / "summary.json", dst / "summary.json")]
 
 
 def archive(out: Path, dest: Path, cells: Sequence[str]) -> list[Path]:
@@ -171,8 +222,9 @@ def archive(out: Path, dest: Path, cells: Sequence[str]) -> list[Path]:
         raise ValueError(f"the archive must not be the campaign itself: {dest}")
     written: list[Path] = []
     for name in cells:
-        written += _slim_samples(out / "evals" / name, dest / "evals" / name)
-        written += _copy(out / "evals" / name / "run.json", dest / "evals" / name / "run.json")
+        for folder in ("evals", "check"):
+            written += _evidence_samples(out / folder / name, dest / folder / name)
+            written += _copy(out / folder / name / "run.json", dest / folder / name / "run.json")
     for run in sorted((out / "train").glob("*")):
         for file in ("metrics.jsonl", "config.yaml", "summary.json"):
             written += _copy(run / file, dest / "train" / run.name / file)

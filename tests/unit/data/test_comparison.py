@@ -74,8 +74,13 @@ def test_a_comparison_reference_searches_both_entities_and_answers(retriever) ->
     first = _q("hotpotqa:2", "Which film came out first, Blind Shaft or The Mask Of Fu Manchu?",
                "The Mask of Fu Manchu")  # fmt: skip
     unknown = _q("hotpotqa:3", "Who is older, Ada Zorp or Bea Quill?", "Ada Zorp")
-    refs = ground_references([yes, first, unknown], retriever, 2, GroundingConfig(), progress=False)
-    assert [r.id for r in refs] == ["hotpotqa:1", "hotpotqa:2"]  # no passage about Ada Zorp
+    shared = _q("hotpotqa:4", "What sport do Scott Derrickson and Ed Wood share?", "tennis")
+    asked = [yes, first, unknown, shared]  # nothing shown says "tennis": no reference
+    refs = ground_references(asked, retriever, 2, GroundingConfig(), progress=False)
+    assert [r.id for r in refs] == ["hotpotqa:1", "hotpotqa:2", "hotpotqa:3"]
+    unread = [s["text"] for s in refs[2].segments if s["role"] == "policy"]
+    assert "The passages do not mention Ada Zorp." in unread[1]  # not in the corpus
+    assert unread[2].endswith("<answer> Ada Zorp </answer>")
     ref = refs[0]
     policy = [s["text"] for s in ref.segments if s["role"] == "policy"]
     assert [s["role"] for s in ref.segments] == ["policy", "env", "policy", "env", "policy"]

@@ -23,7 +23,7 @@ def _args(tmp_path: Path) -> argparse.Namespace:
     return argparse.Namespace(
         out=tmp_path / "out", qa=tmp_path / "qa", corpus=tmp_path / "c.jsonl", limit=100,
         retriever="dense", seed=0, steps=20, rejection_questions=128, sft_set=[], rl_set=[],
-        batch_size=16,
+        batch_size=16, index=None,
     )  # fmt: skip
 
 
@@ -65,6 +65,18 @@ def test_trained_search_policies_evaluate_under_their_recipe(tmp_path: Path) -> 
         args.out / "train" / "unmasked" / "model"
     )
     assert all(c[c.index("--limit") + 1] == "100" for c in cells.values())
+    assert cells["shipped"][cells["shipped"].index("--model") + 1] == "embedded-warm"
+    assert "rollout.force_answer=true" in cells["shipped"]
+    check = real_qa.eval_command(args, next(c for c in real_qa.CELLS if c.name == "sft"), True)
+    data = [check[i + 1] for i, a in enumerate(check) if a == "--data"]
+    assert data == [str(args.qa / rows) for rows in real_qa.CHECK_ROWS] and "--limit" not in check
+    assert check[check.index("--out") + 1] == str(args.out / "check" / "sft")
+    for rows in real_qa.CHECK_ROWS:  # neither trained on (rows 1000 on) nor reported (0-99)
+        first, last = (int(x) for x in rows.split("[")[1].rstrip("]").split(":"))
+        assert 100 <= first < last <= 500
+    args.index = tmp_path / "built"
+    assert real_qa.eval_command(args, real_qa.CELLS[1])[-1] != ""
+    assert str(tmp_path / "built") in real_qa.eval_command(args, real_qa.CELLS[1])
 
 
 def _summary(method: str, em: float) -> dict:
@@ -85,7 +97,10 @@ def test_the_table_and_the_archive_read_what_the_stages_left(tmp_path: Path) -> 
         folder = out / "evals" / name
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps(_summary(name, em)))
-        row = {"id": "nq:1", "set": "nq", "em": em, "prediction": "long text", "searches": 1}
+        row = {"id": "nq:1", "set": "nq", "em": em, "prediction": "Culiacán", "searches": 1,
+               "queries": ["sinaloa cartel country"], "stop_reason": "answer",
+               "shown": ["12", "7"], "gold_shown": True, "question": "In what country…",
+               "trajectory": {"segments": []}, "documents": {"12": "…"}}  # fmt: skip
         (folder / "samples.jsonl").write_text(json.dumps(row) + "\n")
     comparison = {"mean_a": 0.2, "mean_b": 0.1, "diff": 0.1, "low": 0.02, "high": 0.18,
                   "wins": 12, "losses": 2, "p_value": 0.01}  # fmt: skip
@@ -100,5 +115,9 @@ def test_the_table_and_the_archive_read_what_the_stages_left(tmp_path: Path) -> 
     assert "| train:sft | 10.0 min | 9.0 min |" in text and "| rag |" not in text
     written = real_qa_report.archive(out, tmp_path / "archive", ["sft", "search-r1"])
     kept = json.loads((tmp_path / "archive" / "evals" / "sft" / "samples.jsonl").read_text())
-    assert kept == {"id": "nq:1", "set": "nq", "em": 0.1, "searches": 1}
+    assert kept == {  # the evidence a reader needs, not the trajectory or the passages
+        "id": "nq:1", "set": "nq", "em": 0.1, "searches": 1, "prediction": "Culiacán",
+        "queries": ["sinaloa cartel country"], "stop_reason": "answer", "shown": ["12", "7"],
+        "gold_shown": True,
+    }  # fmt: skip
     assert tmp_path / "archive" / "MANIFEST.json" in written
