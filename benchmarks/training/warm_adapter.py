@@ -1,12 +1,13 @@
 """How small can the shipped warm start be? LoRA adapters of a warm start at several ranks
 (`searchrl.models.warm`), each merged into the embedded base and evaluated like the warm start
-itself on held-out real questions (NQ and HotpotQA rows 500-549: never trained on, never
-evaluated in Table 2), against the full warm start and the base model.
+itself on held-out real questions (NQ, HotpotQA and 2WikiMultihopQA rows 500-599: never
+trained on, never evaluated in Table 2), against the full warm start and the base model.
 
     python benchmarks/training/warm_adapter.py --tuned runs/real_qa/train/sft/model \\
         --out runs/warm --ranks 8,16,32 --index runs/wiki/index-dense     # every stage
     python benchmarks/training/warm_adapter.py ... --stages extract,eval:r16   # some of them
-    python benchmarks/training/warm_adapter.py ... --ship 8   # rank 8's adapter into the package
+    python benchmarks/training/warm_adapter.py ... --ship 8 --table2 runs/real_qa/evals/shipped
+        # rank 8's adapter into the package, its card with the Table 2 scores of that folder
 
 Stages: `extract` (every rank's adapter, its size and the share of the weight change it keeps,
 the merged model), `eval:full`, `eval:base`, `eval:r<R>`, `eval:shipped` (`--model
@@ -26,9 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 QA = REPO.parent / "shared" / "data" / "qa"
-HELD_OUT = ("nq.jsonl[500:550]", "hotpotqa.jsonl[500:550]")
-"""100 held-out questions: the rows the warm starts are chosen on (docs/baselines.md)."""
-BUDGETS = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=300",
+HELD_OUT = ("nq.jsonl[500:600]", "hotpotqa.jsonl[500:600]", "2wikimultihopqa.jsonl[500:600]")
+"""300 held-out questions: rows the warm starts are chosen on (docs/baselines.md)."""
+BUDGETS = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=500",
            "rollout.max_total_tokens=3072", "rollout.max_turns=5",
            "rollout.force_answer=true")  # fmt: skip
 """The trained search policies' evaluation budgets of Table 2 (benchmarks/real_qa.py)."""
@@ -43,6 +44,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--qa", type=Path, default=QA)
     p.add_argument("--stages", default="", help="Comma list (default: all).")
     p.add_argument("--ship", type=int, help="Copy this rank's adapter into the package.")
+    p.add_argument(
+        "--table2",
+        type=Path,
+        help="With --ship: an evaluation folder of the "
+        "shipped adapter on Table 2's rows, whose scores go into its card.",
+    )
+    p.add_argument("--source", default="", help="With --ship: how the warm start was made.")
     return p.parse_args()
 
 
@@ -117,6 +125,20 @@ def table(args: argparse.Namespace, names: list[str]) -> str:
     return text
 
 
+def table2_scores(summary: dict) -> dict:
+    """EM with its 95% interval per set and the seven-set Avg., searches per question."""
+
+    def estimate(block: dict) -> dict:
+        return {k: round(block["em"][k], 4) for k in ("mean", "low", "high")} | {
+            "n": block["n"]}  # fmt: skip
+
+    scores = {name: estimate(block) for name, block in summary["by_set"].items()}
+    scores["avg"] = {k: round(summary["average"]["em"][k], 4) for k in ("mean", "low", "high")}
+    scores["searches_per_question"] = round(summary["overall"]["searches"]["mean"], 3)
+    scores["rows"] = "0-99 of each of the seven sets (Bamboogle 0-83), docs/baselines.md"
+    return scores
+
+
 def ship(args: argparse.Namespace, rank: int, names: list[str]) -> None:
     """The chosen adapter into src/searchrl/models/warm, with a card saying what it is."""
     from searchrl.models.warm import shipped_adapter
@@ -129,11 +151,14 @@ def ship(args: argparse.Namespace, rank: int, names: list[str]) -> None:
                  for n in names if (args.out / "evals" / n / "summary.json").is_file()}  # fmt: skip
     card = {
         "rank": rank,
-        "source": str(args.tuned),
+        "source": args.source or str(args.tuned),
         "fidelity": json.loads((args.out / "fidelity.json").read_text()).get(f"r{rank}"),
         "held_out_em": {n: s["overall"]["em"]["mean"] for n, s in summaries.items()},
         "held_out": list(HELD_OUT),
+        "budgets": list(BUDGETS),
     }
+    if args.table2 is not None:
+        card["table2"] = table2_scores(json.loads((args.table2 / "summary.json").read_text()))
     (dest / "searchrl_card.json").write_text(json.dumps(card, indent=2) + "\n")
     print(f"shipped rank {rank} into {dest}")
 
