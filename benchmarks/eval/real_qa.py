@@ -21,7 +21,9 @@ killed training or evaluation continues where it stopped):
     train:rejection              5 samples with search per question, the correct ones kept,
                                  fine-tuned from the warm start (`--rejection-questions`)
     eval:<cell>                  `searchrl eval` of one method (CELLS) on the seven sets
-                                 (`shipped`: the package's `embedded-warm`, as users load it)
+                                 (`shipped`: the package's `embedded-warm`, as users load it;
+                                 `before`: the model given as --before, e.g. the warm start
+                                 that the shipped one replaces)
     check:<cell>                 the same on CHECK_ROWS (neither trained on nor reported)
     compare                      `searchrl eval compare` for each pair of PAIRS
     table                        OUT/table.md: the grid, the recall ceiling, comparisons, times
@@ -85,6 +87,7 @@ CELLS = (
     Cell("search-r1", "search-r1", "train:search-r1", True),
     Cell("search-r1-unmasked", "search-r1", "train:unmasked", True),
     Cell("shipped", "sft", "embedded-warm", True),
+    Cell("before", "sft", "before", True),
 )
 PAIRS = (
     ("search-r1", "rag-ft"), ("search-r1", "sft"), ("search-r1", "search-r1-unmasked"),
@@ -101,6 +104,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--corpus", type=Path, default=SHARED / "corpus" / "wiki_paragraphs.jsonl")
     p.add_argument("--limit", type=int, default=100, help="Evaluation rows per set (≤ 500).")
     p.add_argument("--retriever", default="dense", help="bm25 or dense: the grid's engine.")
+    p.add_argument(
+        "--before",
+        type=Path,
+        help="A warm start evaluated as cell `before` (the "
+        "one this campaign replaces: its failure table is the 'before').",
+    )
     p.add_argument("--index", type=Path, help="An index of the corpus already built (its "
                    "engine is --retriever's): used instead of OUT/index/<engine>.")  # fmt: skip
     p.add_argument("--stages", default="", help="Comma list (default: all, in order).")
@@ -197,6 +206,10 @@ def eval_command(args: argparse.Namespace, cell: Cell, check: bool = False) -> l
     `check` on CHECK_ROWS into OUT/check/<cell>."""
     packaged = cell.model in ("embedded", "embedded-warm")
     model = cell.model if packaged else str(_model(args.out, cell.model))
+    if cell.model == "before":
+        if args.before is None:
+            raise SystemExit("eval:before needs --before MODEL (the warm start to compare with)")
+        model = str(args.before)
     trained = cell.model != "embedded" and cell.method not in ("direct-ft", "rag-ft")
     sets = [*BUDGET, *(TRAINED_EVAL if trained else ())]
     data = [x for rows in CHECK_ROWS for x in ("--data", str(args.qa / rows))] if check else [

@@ -23,7 +23,7 @@ def _args(tmp_path: Path) -> argparse.Namespace:
     return argparse.Namespace(
         out=tmp_path / "out", qa=tmp_path / "qa", corpus=tmp_path / "c.jsonl", limit=100,
         retriever="dense", seed=0, steps=20, rejection_questions=128, sft_set=[], rl_set=[],
-        batch_size=16, index=None,
+        batch_size=16, index=None, before=tmp_path / "old",
     )  # fmt: skip
 
 
