@@ -204,12 +204,14 @@ def train_command(args: argparse.Namespace, name: str) -> list[str]:
 def eval_command(args: argparse.Namespace, cell: Cell, check: bool = False) -> list[str]:
     """`searchrl eval` of one cell on the first `--limit` rows of the seven sets, or with
     `check` on CHECK_ROWS into OUT/check/<cell>."""
-    packaged = cell.model in ("embedded", "embedded-warm")
-    model = cell.model if packaged else str(_model(args.out, cell.model))
     if cell.model == "before":
         if args.before is None:
             raise SystemExit("eval:before needs --before MODEL (the warm start to compare with)")
         model = str(args.before)
+    elif cell.model in ("embedded", "embedded-warm"):
+        model = cell.model
+    else:
+        model = str(_model(args.out, cell.model))
     trained = cell.model != "embedded" and cell.method not in ("direct-ft", "rag-ft")
     sets = [*BUDGET, *(TRAINED_EVAL if trained else ())]
     data = [x for rows in CHECK_ROWS for x in ("--data", str(args.qa / rows))] if check else [
