@@ -57,6 +57,7 @@ from searchrl.train.loop import Trainer
 from searchrl.train.metrics import MetricsWriter, save_trajectories
 from searchrl.train.models import Critic, frozen_reference, use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
+from searchrl.train.pool import check_disjoint, gold_retrieved, probe_questions, screen
 from searchrl.train.ports import Distributed
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import LineProgress
@@ -276,9 +277,14 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.training_pool(config.data)
+    if config.screen.gold_retrieved:
+        questions = gold_retrieved(questions, env.retriever, config.rollout.topk)
+    probe = probe_questions(config, env.questions)
+    check_disjoint(questions, probe)
     size = config.data.eval_size
     held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
-    reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
+    reward = build_reward(config, [*questions, *held_out, *probe], backend.backend, tokenizer)
+    questions, start_row = screen(questions, rollout, reward, policy, config, out_dir, dist)
     refiner = None
     if config.refiner.enabled:
         refiner = MetaRefiner(
@@ -286,8 +292,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             bf16=use_bf16(config.policy.autocast, policy),
         ).refine  # fmt: skip
     trainer = Trainer(
-        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
-    )
+        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner,
+        probe_questions=probe,
+    )  # fmt: skip
     overlapped = attach(trainer, shared, rollout, policy) if shared is not None else None
     ckpt_root = out_dir / "checkpoints"
     wandb = config.logging.wandb_project if main else ""
@@ -304,13 +311,24 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     def evaluate() -> tuple[dict[str, float], list[Trajectory]]:
         return evaluate_with_progress(trainer, backend, held_out, config, show)
 
+    def probe_into(row: dict[str, float], step: int) -> None:
+        found, trajs = trainer.meter.run_probe(rollout, policy, trainer.hops)
+        row.update(found)
+        if main:
+            save_trajectories(out_dir / "trajectories" / f"probe_step_{step}.jsonl", trajs)
+
     # Sharded weights are gathered collectively for generation: every rank evaluates then.
     evaluates = main or dist.sharded
-    if latest is None and evaluates and held_out:
-        metrics, trajs = evaluate()
-        if main:
-            writer.write(0, metrics)
-            save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+    if latest is None:
+        if evaluates and held_out:
+            found, trajs = evaluate()
+            start_row.update(found)
+            if main:
+                save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+        if evaluates and trainer.meter.probe_due(0, last=False):
+            probe_into(start_row, 0)
+        if main and start_row:
+            writer.write(0, start_row)
     metrics = {}
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
@@ -329,6 +347,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
                 live.stage("distil")
                 metrics.update(distill(policy, config, out_dir / "trajectories", step,
                                        trainer.hops, pad_id, trainer.settings.bf16))  # fmt: skip
+            if evaluates and trainer.meter.probe_due(step, last):
+                probe_into(metrics, step)
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = evaluate()
