@@ -123,14 +123,15 @@ class Anchor:
 
 def pass_at_k(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """pass@1 (mean success over every sample) and pass@k (share of questions with at least
-    one success among their k samples), plus pass@1 by hop count where questions know it."""
+    one success among their `probe/k` samples), searches and answered share."""
     groups = groups_of(trajectories)
     success = [[t.metrics.get("em", 0.0) > 0 for t in g] for g in groups]
     n = max(sum(len(s) for s in success), 1)
     k = max((len(s) for s in success), default=0)
     out = {
         "probe/pass@1": sum(sum(s) for s in success) / n,
-        f"probe/pass@{k}": sum(any(s) for s in success) / max(len(success), 1),
+        "probe/pass@k": sum(any(s) for s in success) / max(len(success), 1),
+        "probe/k": float(k),
         "probe/searches": sum(t.stats.searches for t in trajectories) / max(len(trajectories), 1),
         "probe/answered": sum(t.answer is not None for t in trajectories)
         / max(len(trajectories), 1),
