@@ -53,6 +53,7 @@ from searchrl.models.vllm_engine import (
     shut_down,
     vllm_available,
 )
+from searchrl.models.vllm_stream import enqueue, step_until_finished, vllm_params
 from searchrl.models.vllm_weights import (
     SharedWeights,
     engine_state,
@@ -87,6 +88,9 @@ def exit_on_sigterm() -> None:
 class VLLMBackend:
     """`GenerationBackend` over a `vllm.LLM` engine."""
 
+    streams = True
+    """Offers `submit`/`collect`: rows enter and leave the running engine one by one."""
+
     def __init__(
         self,
         llm: Any,
@@ -114,6 +118,9 @@ class VLLMBackend:
         """Prompt tokens sent, and those of them served from the prefix cache (running sums:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
+        self._empty: list[str] = []
+        self._submitted = 0
+        """Submitted rows with no room to generate, answered at the next `collect`."""
         self._shared: SharedWeights | None = None
         self._closed = False
         self._reaper: Reaper | None = None
@@ -278,18 +285,7 @@ class VLLMBackend:
                 continue
             index.append(i)
             requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
-            request_params.append(
-                vllm.SamplingParams(
-                    n=1,
-                    temperature=p.temperature,
-                    top_p=p.top_p,
-                    max_tokens=p.max_new_tokens,
-                    stop=list(p.stop),
-                    include_stop_str_in_output=True,
-                    skip_special_tokens=False,
-                    logprobs=0,
-                )
-            )
+            request_params.append(vllm_params(vllm, p))
         if requests:
             with self._engine_stream():
                 outputs = self.llm.generate(requests, request_params, use_tqdm=False)
@@ -298,6 +294,35 @@ class VLLMBackend:
                 self.prompt_tokens += len(prompts[i])
                 self.cached_tokens += int(output.num_cached_tokens or 0)
         return [r for r in results if r is not None]
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """Add rows to the running engine without waiting for them (`models.vllm_stream`);
+        returns one key per row, which `collect` hands back with its `Generation`. A row
+        with no room to generate is answered at the next `collect`."""
+        vllm = import_vllm()
+        keys: list[str] = []
+        for prompt, p in zip(prompts, params, strict=True):
+            self._submitted += 1
+            keys.append(f"searchrl-{self._submitted}")
+            if p.max_new_tokens <= 0:
+                self._empty.append(keys[-1])
+            else:
+                enqueue(self.llm, vllm, keys[-1], prompt, p)
+        return keys
+
+    def collect(self) -> list[tuple[str, Generation]]:
+        """Run the engine until some submitted rows finish: (key, generation) of each."""
+        if self._empty:
+            done, self._empty = self._empty, []
+            return [(key, Generation([], [], "", "length")) for key in done]
+        with self._engine_stream():
+            finished = step_until_finished(self.llm)
+        out = []
+        for output in finished:
+            self.prompt_tokens += len(output.prompt_token_ids or ())
+            self.cached_tokens += int(output.num_cached_tokens or 0)
+            out.append((output.request_id, self._convert(output.outputs[0])))
+        return out
 
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
