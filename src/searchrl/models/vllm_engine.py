@@ -144,6 +144,7 @@ def engine_kwargs(
         "logprobs_mode": "processed_logprobs",
         "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
         "worker_extension_cls": WORKER_EXTENSION,
+        "use_tqdm_on_load": False,  # our lines, not its progress bar (`utils.quiet`)
     }
     if dummy:
         kwargs["load_format"] = "dummy"
