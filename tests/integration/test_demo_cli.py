@@ -26,7 +26,8 @@ def _overrides(model: Path) -> list[str]:
     rl = [f"rl.model.name_or_path={model}", "rl.steps=1", "rl.batch_size=2", "rl.n_samples=2",
           "rl.mini_batch_size=2", "rl.micro_batch_size=2", "rl.data.eval_size=6",
           "rl.rollout.max_turns=1", "rl.rollout.max_response_tokens=8",
-          "rl.policy.autocast=fp32", "rl.logging.progress=false"]  # fmt: skip
+          "rl.policy.autocast=fp32", "rl.logging.progress=false",
+          "rl.screen.samples=0"]  # fmt: skip
     return world + sft + rl
 
 

@@ -49,7 +49,8 @@ class ScreenConfig:
     max_questions: NonNegativeInt = 0
     """Screen at most this many questions of the pool (its seeded order); 0: all of them."""
     cache_dir: str = ""
-    """Where verdicts are cached; empty: `~/.cache/searchrl/screen`."""
+    """Where verdicts are cached; empty: `$XDG_CACHE_HOME/searchrl/screen` (`~/.cache`
+    without it)."""
     gold_retrieved: bool = False
     """Real questions: first keep only questions whose gold answer appears in the passages
     the question itself retrieves (top `rollout.topk`, as the policy would be shown them):

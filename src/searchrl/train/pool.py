@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -47,7 +48,9 @@ CHUNK = 32
 
 def probe_questions(config: TrainConfig, split: Callable[[str], list[Question]]) -> list[Question]:
     """The probe's held-out questions: `signal.probe_files`, else the world's
-    `signal.probe_split` (read through `split`); none when the probe is off."""
+    `signal.probe_split` (read through `split`); none when the probe is off, or when there is
+    no world to take the split from (own questions without `signal.probe_files`: one line
+    says so and the run goes on without a probe)."""
     signal = config.signal
     if not signal.probe_every or not signal.probe_questions:
         return []
@@ -56,10 +59,11 @@ def probe_questions(config: TrainConfig, split: Callable[[str], list[Question]])
     else:
         try:
             questions = split(signal.probe_split)
-        except DataError as err:
-            raise DataError(
-                f"signal.probe_split: {err}; give signal.probe_files (or signal.probe_every=0)"
-            ) from err
+        except DataError:
+            print(f"searchrl: no probe: no world to take its {signal.probe_split!r} split from; "
+                  "signal.probe_files=FILE[a:b] probes held-out questions of yours",
+                  file=sys.stderr)  # fmt: skip
+            return []
     return list(questions[: signal.probe_questions])
 
 
@@ -103,7 +107,8 @@ def cache_file(config: TrainConfig, policy: nn.Module) -> Path:
         weights, to_dict(config.rollout), to_dict(config.reward), config.screen.samples,
         config.seed,
     )  # fmt: skip
-    root = Path(config.screen.cache_dir or Path.home() / ".cache" / "searchrl" / "screen")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    root = Path(config.screen.cache_dir or Path(base) / "searchrl" / "screen")
     return root / f"{settings}.json"
 
 
