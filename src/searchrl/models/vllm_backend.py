@@ -333,8 +333,6 @@ class VLLMBackend:
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         self._awake()
         vllm = import_vllm()
-        from vllm.inputs import TokensPrompt
-
         results: list[Generation | None] = [None] * len(prompts)
         requests, request_params, index = [], [], []
         for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
@@ -342,7 +340,7 @@ class VLLMBackend:
                 results[i] = Generation([], [], "", "length")
                 continue
             index.append(i)
-            requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
+            requests.append(vllm.TokensPrompt(prompt_token_ids=list(prompt)))
             seed = {} if self.where.cpu else {"seed": p.seed}  # module docstring
             request_params.append(
                 vllm.SamplingParams(

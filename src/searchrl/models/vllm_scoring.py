@@ -48,10 +48,8 @@ def _next_token_logprobs(
     """One engine call: for each context, the log-probs of its wanted next tokens."""
     if not keys:
         return {}
-    from vllm.inputs import TokensPrompt
-
     vllm = import_vllm()
-    requests = [TokensPrompt(prompt_token_ids=[*prompts[row], *tail]) for row, tail in keys]
+    requests = [vllm.TokensPrompt(prompt_token_ids=[*prompts[row], *tail]) for row, tail in keys]
     params = [token_logprob_params(vllm, sorted(wanted[key])) for key in keys]
     outputs = llm.generate(requests, params, use_tqdm=False)
     return {
