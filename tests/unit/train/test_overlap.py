@@ -249,7 +249,7 @@ def test_two_steps_ahead_on_the_vllm_backend_syncs_the_kept_weights(
     versions = [snapshot(policy)]
     staleness = []
     for _ in range(4):
-        metrics, _ = trainer.step()
+        trainer.step()
         staleness.append(overlapped.metrics()["overlap/staleness"])
         versions.append(snapshot(policy))
     overlapped.close()
