@@ -166,7 +166,9 @@ class MemoryPlan:
         """One line: how much is left, or by how much it does not fit and why."""
         gib, have = self.need / GIB, self.gpu_bytes / GIB
         if self.need > self.gpu_bytes:
-            top = sorted(self.items, key=lambda i: -i.gpu)[:2]
+            when = "update" if self.phase("update") >= self.phase("rollout") else "rollout"
+            during = [i for i in self.items if i.when in ("always", when)]
+            top = sorted(during, key=lambda i: -i.gpu)[:2]
             return (
                 f"the memory plan needs {gib:.1f} GiB a GPU, {gib - have:.1f} GiB more than "
                 f"the {have:.1f} GiB of one (largest: {top[0].name} {top[0].gpu / GIB:.1f}, "
