@@ -260,6 +260,7 @@ def make_backend(
     seed: int = 0,
     overlapped: bool = False,
     engine: WeightSyncable | None = None,
+    tried: bool = False,
 ) -> GenerationBackend:
     """The generation engine for rollouts, holding the current policy weights: `engine` (one
     `start_engine_first` started) synced from the policy, or else vLLM (CPU or GPU) when
@@ -268,7 +269,8 @@ def make_backend(
     every update by `sync_generation_weights`. `seed` is the run's; only vLLM takes it here,
     whose stream starts from it (`seeded_engine`): HF rows are seeded per call by the
     rollout's seed. `overlapped`: the engine will generate while this process trains
-    (`train.overlap`), so it runs in processes of its own."""
+    (`train.overlap`), so it runs in processes of its own. `tried`: `start_engine_first`
+    already chose the HF engine (and said why), so no vLLM engine is tried again."""
     if engine is not None:
         sync_generation_weights(engine, policy)
         return engine  # type: ignore[return-value]
@@ -283,7 +285,8 @@ def make_backend(
             max_model_len=max_len, overlapped=overlapped,
         )  # fmt: skip
 
-    backend = start_engine(model, head_size(module.config), start)  # type: ignore[arg-type]
+    head = head_size(module.config)  # type: ignore[arg-type]
+    backend = None if tried else start_engine(model, head, start)
     if backend is None:
         backend = generation_backend(model, module, tokenizer)  # type: ignore[arg-type]
     backend.synced_version = weights_version(policy)  # type: ignore[attr-defined]

@@ -273,8 +273,9 @@ def load_models(
     )
     critic = Critic(policy) if config.uses_critic else None
     engine = make_backend(
-        config.model, policy, tokenizer, max_len, seed=seed, overlapped=overlapped, engine=started
-    )
+        config.model, policy, tokenizer, max_len, seed=seed, overlapped=overlapped,
+        engine=started, tried=True,
+    )  # fmt: skip
     return policy, tokenizer, reference, critic, engine
 
 
