@@ -42,21 +42,15 @@ import torch
 from searchrl.config.model import ModelConfig
 from searchrl.models.precision import fast_bf16
 from searchrl.models.vllm_compat import (
-    INSTALL as VLLM_INSTALL,
-)
-from searchrl.models.vllm_compat import (
     SAMPLED_LOGPROBS,
     InProcessState,
     import_vllm,
     in_process_start,
-    on_cpu,
     sleep_mode_available,
 )
 from searchrl.utils.errors import SearchRLError
 from searchrl.utils.reaper import Reaper, descendants
 from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
-
-__all__ = ["VLLM_INSTALL", "import_vllm", "on_cpu"]
 
 CPU_BLOCK_SIZE = 32
 """KV block size on a CPU when `vllm_block_size` is 0: the smallest the CPU backend runs at
