@@ -29,6 +29,7 @@ from searchrl.config.plan import PlanConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
+from searchrl.config.signal import ScreenConfig, SignalConfig
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,15 @@ class PolicyConfig:
     train_layers: NonNegativeInt = 0
     """0 trains every weight; N > 0 trains only the top N transformer layers and the final
     norm (embeddings, tied LM head and lower layers frozen). The backward pass then stops
-    at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers."""
+    at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers.
+    With `lora_rank`, the adapters sit on the top N layers only."""
     lora_rank: NonNegativeInt = 0
-    """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on attention/MLP."""
+    """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on every linear
+    layer of attention and MLP (of the top `train_layers` layers when that is set). RL with
+    LoRA matches full fine-tuning down to small ranks at ~10x full fine-tuning's learning
+    rate (Schulman et al., "LoRA Without Regret", 2025). The generation engine receives the
+    merged weights (`model.generation_dtype=float32` keeps a small adapter step from being
+    rounded away in a bf16 engine)."""
     lora_alpha: PositiveInt = 16
     """LoRA scaling numerator (scale = alpha / rank)."""
     torch_threads: NonNegativeInt = 0
@@ -359,6 +366,8 @@ class TrainConfig:
     refiner: RefinerConfig = field(default_factory=RefinerConfig)
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
 
     def validate(self) -> None:

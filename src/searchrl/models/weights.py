@@ -71,6 +71,21 @@ def weights_version(module: Any) -> int:
     return int(total.item())
 
 
+_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def weights_digest(module: Any) -> tuple[int, ...]:
+    """A fingerprint of the weights' values, the same in every process that holds them (a
+    cache key across runs): per parameter and buffer, the sum of its bits read as integers.
+    It reads every weight (seconds at 7B), so it is for once-a-run keys; deciding whether to
+    sync an engine is `weights_version`'s job."""
+    sums = []
+    for tensor in [*module.parameters(), *module.buffers()]:
+        flat = whole_tensor(tensor.detach()).reshape(-1)
+        sums.append(int(flat.view(_INTS[flat.element_size()]).sum(dtype=torch.int64)))
+    return tuple(sums)
+
+
 def track_writes(optimizer: torch.optim.Optimizer) -> None:
     """After every step of `optimizer`, bump the version counters of the weights it updates,
     which torch's fused kernels leave as they were (`weights_version`)."""

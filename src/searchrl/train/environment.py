@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import DataConfig, PolicyConfig
+from searchrl.config.train import DataConfig, PolicyConfig, TrainConfig
 from searchrl.data.benchmarks import DataError, load_flashrag_jsonl
 from searchrl.data.grounded import ground_references
 from searchrl.data.sources import WORLD_SOURCE, load_sources, missing_input, parse_spec
@@ -36,8 +37,9 @@ from searchrl.models.weights import compute_device, weights_version
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
-from searchrl.train.models import merged_for_export, prepare_policy
-from searchrl.train.ports import RolloutFn
+from searchrl.train.collect import engine_seed
+from searchrl.train.models import Critic, frozen_reference, merged_for_export, prepare_policy
+from searchrl.train.ports import Distributed, RolloutFn
 from searchrl.types import Question
 from searchrl.utils.output import atomic_directory
 
@@ -291,6 +293,39 @@ def make_backend(
         backend = generation_backend(model, module, tokenizer)  # type: ignore[arg-type]
     backend.synced_version = weights_version(policy)  # type: ignore[attr-defined]
     return backend
+
+
+def load_models(
+    config: TrainConfig, dist: Distributed
+) -> tuple[nn.Module, object, nn.Module | None, nn.Module | None, GenerationBackend]:
+    """The policy, its tokenizer, the frozen reference, the critic and the generation
+    engine, in the order GPU memory needs: the vLLM engine first, from the model's config
+    alone (it reserves its share of the GPU at start, only if that share is free; then it
+    sleeps, `start_engine_first`), then the trainer's models (under FSDP read into host
+    memory and sharded onto the GPU unit by unit, `train.fsdp`), then the engine is synced.
+    FSDP needs vLLM: the HF engine would generate with the sharded module itself."""
+    seed = engine_seed(config.seed, dist.rank, dist.world_size)
+    max_len, overlapped = config.rollout.max_total_tokens, config.overlap.enabled
+    started = start_engine_first(
+        config.model, config.policy, max_len, seed=seed, overlapped=overlapped
+    )
+    if started is None and dist.sharded:
+        raise ConfigError(
+            "policy.strategy=fsdp: generation needs the vLLM engine (model.backend=vllm, "
+            "installed and starting); the HF engine would run the sharded module"
+        )
+    policy, tokenizer = load_policy(config.model, config.policy, sharded=dist.sharded)
+    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
+    needs_reference = config.algo.kl_coef > 0
+    reference = (
+        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
+    )
+    critic = Critic(policy) if config.uses_critic else None
+    engine = make_backend(
+        config.model, policy, tokenizer, max_len, seed=seed, overlapped=overlapped,
+        engine=started, tried=True,
+    )  # fmt: skip
+    return policy, tokenizer, reference, critic, engine
 
 
 def make_rollout_fn(

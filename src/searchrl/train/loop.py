@@ -60,6 +60,7 @@ from searchrl.train.models import (
 )
 from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 from searchrl.train.sampling import PromptSampler, hop_weights
+from searchrl.train.signal import Anchor, Probe, SignalMeter
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -70,7 +71,7 @@ from searchrl.train.update import (
 )
 from searchrl.types import Question, Trajectory
 
-SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
+SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer", "signal")
 """Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
 
@@ -89,6 +90,7 @@ class Trainer:
         questions: Sequence[Question],
         dist: Distributed | None = None,
         refine: RefineFn | None = None,
+        probe_questions: Sequence[Question] = (),
     ) -> None:
         self.config = config
         self.refine = refine
@@ -101,7 +103,7 @@ class Trainer:
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
         weights = hop_weights(questions, config.data.train_hop_weights)
         self.sampler = PromptSampler(questions, config.seed, weights=weights)
-        self.hops = {q.uid: q.hops for q in questions}
+        self.hops = {q.uid: q.hops for q in [*questions, *probe_questions]}
         self.collector = Collector(
             config, self.sampler, rollout, self._score, self.dist, policy, refine
         )
@@ -151,6 +153,14 @@ class Trainer:
             entropy_coef=algo.entropy_coef,
             value_clip=algo.value_clip,
         )
+        signal, probe = config.signal, None
+        if signal.probe_every and probe_questions:
+            probe = Probe(
+                probe_questions, signal.probe_samples, config.seed * 7_919 + 1, pad_id,
+                config.micro_batch_size, self.settings.bf16, self.settings.temperature,
+            )  # fmt: skip
+        self.meter = SignalMeter(Anchor(policy), probe, signal.probe_every)
+        """The learning signal (`train.signal`): informative groups, distance moved, probe."""
 
     # ---- the pipeline -------------------------------------------------------------------
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
@@ -187,6 +197,7 @@ class Trainer:
         tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
         metrics["train/epoch"] = float(self.sampler.epoch)
+        metrics.update(self.meter.after_step(counts, len(trained), timer.seconds["step"]))
         if self.refine is not None:
             step_s = max(timer.seconds["step"], 1e-9)
             metrics["refiner/seconds_share"] = metrics["refiner/refine_s"] / step_s
@@ -359,6 +370,7 @@ class Trainer:
                 "sampler": self.sampler.state(),
                 "rng": ckpt.rng_state(),
             },
+            "signal": self.meter.state(),
         }
         if self.critic is not None:
             assert self.critic_optimizer is not None and self.critic_scheduler is not None
@@ -394,5 +406,7 @@ class Trainer:
         trainer = parts["trainer"]
         self.step_count = trainer["step"]
         self.sampler.load_state(trainer["sampler"])
+        if "signal" in parts:  # checkpoints from before the signal budget have none
+            self.meter.load_state(parts["signal"])
         if not self.dist.sharded:  # sharded: each rank restored its own RNG state
             ckpt.restore_rng(trainer["rng"])

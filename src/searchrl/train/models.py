@@ -81,7 +81,7 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         for param in model.parameters():
             if param.dtype != torch.float32:
                 param.data = param.data.float()
-    if config.train_layers > 0:
+    if config.train_layers > 0 and config.lora_rank == 0:
         freeze_below(model, config.train_layers)
     if config.gradient_checkpointing:
         enable_checkpointing(model)
@@ -89,10 +89,16 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
     if config.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
+        # With train_layers, adapters go on the top layers only: the backward pass then
+        # stops there, as it does for full fine-tuning of the top layers.
+        count = len(decoder_layers(model, config.train_layers))
+        top = list(range(count - config.train_layers, count)) if config.train_layers else None
         lora = LoraConfig(
             r=config.lora_rank,
             lora_alpha=config.lora_alpha,
             target_modules="all-linear",
+            layers_to_transform=top,
+            lora_dropout=0.0,
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)

@@ -32,9 +32,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from torch import nn
 
-from searchrl.config.errors import ConfigError
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig, TrainConfig
@@ -46,21 +44,19 @@ from searchrl.reward.scoring import make_reward
 from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
-from searchrl.train.collect import engine_seed
 from searchrl.train.distill import distill
 from searchrl.train.environment import (
     build_environment,
     export_model,
-    load_policy,
-    make_backend,
+    load_models,
     make_rollout_fn,
-    start_engine_first,
 )
 from searchrl.train.loop import Trainer
 from searchrl.train.memory_plan import check_plan
 from searchrl.train.metrics import MetricsWriter, save_trajectories
-from searchrl.train.models import Critic, frozen_reference, use_bf16
+from searchrl.train.models import use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
+from searchrl.train.pool import check_disjoint, gold_retrieved, probe_questions, screen
 from searchrl.train.ports import Distributed
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import LineProgress
@@ -246,39 +242,6 @@ def _summary(metrics: dict[str, float]) -> str:
                     for k in keys if k in metrics)  # fmt: skip
 
 
-def load_models(
-    config: TrainConfig, dist: Distributed
-) -> tuple[nn.Module, object, nn.Module | None, nn.Module | None, GenerationBackend]:
-    """The policy, its tokenizer, the frozen reference, the critic and the generation
-    engine, in the order GPU memory needs: the vLLM engine first, from the model's config
-    alone (it reserves its share of the GPU at start, only if that share is free; then it
-    sleeps, `start_engine_first`), then the trainer's models (under FSDP read into host
-    memory and sharded onto the GPU unit by unit, `train.fsdp`), then the engine is synced.
-    FSDP needs vLLM: the HF engine would generate with the sharded module itself."""
-    seed = engine_seed(config.seed, dist.rank, dist.world_size)
-    max_len, overlapped = config.rollout.max_total_tokens, config.overlap.enabled
-    started = start_engine_first(
-        config.model, config.policy, max_len, seed=seed, overlapped=overlapped
-    )
-    if started is None and dist.sharded:
-        raise ConfigError(
-            "policy.strategy=fsdp: generation needs the vLLM engine (model.backend=vllm, "
-            "installed and starting); the HF engine would run the sharded module"
-        )
-    policy, tokenizer = load_policy(config.model, config.policy, sharded=dist.sharded)
-    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
-    needs_reference = config.algo.kl_coef > 0
-    reference = (
-        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
-    )
-    critic = Critic(policy) if config.uses_critic else None
-    engine = make_backend(
-        config.model, policy, tokenizer, max_len, seed=seed, overlapped=overlapped,
-        engine=started, tried=True,
-    )  # fmt: skip
-    return policy, tokenizer, reference, critic, engine
-
-
 def on_stage(stage: str, live: LiveStep, engine: GenerationBackend) -> None:
     """Each stage of a step as it starts: shown on the bar, and once the rollouts are
     collected (`ref`, the first stage of the update) the engine hands its GPU memory back
@@ -312,9 +275,14 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.training_pool(config.data)
+    if config.screen.gold_retrieved:
+        questions = gold_retrieved(questions, env.retriever, config.rollout.topk)
+    probe = probe_questions(config, env.questions)
+    check_disjoint(questions, probe)
     size = config.data.eval_size
     held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
-    reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
+    reward = build_reward(config, [*questions, *held_out, *probe], backend.backend, tokenizer)
+    questions, start_row = screen(questions, rollout, reward, policy, config, out_dir, dist)
     refiner = None
     if config.refiner.enabled:
         refiner = MetaRefiner(
@@ -322,8 +290,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             bf16=use_bf16(config.policy.autocast, policy),
         ).refine  # fmt: skip
     trainer = Trainer(
-        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
-    )
+        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner,
+        probe_questions=probe,
+    )  # fmt: skip
     overlapped = attach(trainer, shared, rollout, policy) if shared is not None else None
     ckpt_root = out_dir / "checkpoints"
     wandb = config.logging.wandb_project if main else ""
@@ -340,13 +309,24 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     def evaluate() -> tuple[dict[str, float], list[Trajectory]]:
         return evaluate_with_progress(trainer, backend, held_out, config, show)
 
+    def probe_into(row: dict[str, float], step: int) -> None:
+        found, trajs = trainer.meter.run_probe(rollout, policy, trainer.hops)
+        row.update(found)
+        if main:
+            save_trajectories(out_dir / "trajectories" / f"probe_step_{step}.jsonl", trajs)
+
     # Sharded weights are gathered collectively for generation: every rank evaluates then.
     evaluates = main or dist.sharded
-    if latest is None and evaluates and held_out:
-        metrics, trajs = evaluate()
-        if main:
-            writer.write(0, metrics)
-            save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+    if latest is None:
+        if evaluates and held_out:
+            found, trajs = evaluate()
+            start_row.update(found)
+            if main:
+                save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+        if evaluates and trainer.meter.probe_due(0, last=False):
+            probe_into(start_row, 0)
+        if main and start_row:
+            writer.write(0, start_row)
     metrics = {}
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
@@ -365,6 +345,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
                 live.stage("distil")
                 metrics.update(distill(policy, config, out_dir / "trajectories", step,
                                        trainer.hops, pad_id, trainer.settings.bf16))  # fmt: skip
+            if evaluates and trainer.meter.probe_due(step, last):
+                probe_into(metrics, step)
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = evaluate()

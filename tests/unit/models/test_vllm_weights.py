@@ -261,3 +261,20 @@ def test_the_engine_s_stream_is_kept_apart_from_the_caller_s() -> None:
     torch.manual_seed(0)
     assert torch.equal(caller, expected_caller)
     assert torch.equal(torch.cat([first, second]), torch.rand(4))
+
+
+def test_weights_digest_is_the_same_for_the_same_values_anywhere(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """The RL pool's screening cache is keyed by the start policy's weights across runs: its
+    digest reads the values (two separate copies agree), unlike `weights_version`, whose
+    counters and addresses belong to one process."""
+    from searchrl.models.weights import weights_digest
+
+    first = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0)
+    second = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0)
+    assert weights_digest(first) == weights_digest(second)
+    assert weights_version(first) != weights_version(second)
+    with torch.no_grad():
+        second.model.norm.weight.add_(1.0)
+    assert weights_digest(first) != weights_digest(second)

@@ -18,7 +18,7 @@ from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig
 from searchrl.models.loading import LoadedModel, tiny_model
-from searchrl.train import environment, run
+from searchrl.train import environment
 from searchrl.train.ports import Distributed
 
 
@@ -67,9 +67,9 @@ def test_the_engine_starts_and_sleeps_before_the_trainer_loads_its_models(
     monkeypatch.setattr(environment, "load_tokenizer", lambda m: tokenizer)
     monkeypatch.setattr(loading, "resolve_backend", lambda config, head=None: "vllm")
     monkeypatch.setattr(loading, "_smoke", lambda backend: None)
-    monkeypatch.setattr(run, "load_policy", load)
+    monkeypatch.setattr(environment, "load_policy", load)
     config = tiny_config(model={"backend": "vllm"}, algo={"advantage": "gae"})
-    _, _, reference, critic, engine = run.load_models(config, Distributed())
+    _, _, reference, critic, engine = environment.load_models(config, Distributed())
     assert events == ["engine", "release", "policy", "sync"]
     assert isinstance(engine, Engine) and reference is not None and critic is not None
 
@@ -86,11 +86,11 @@ def test_fsdp_with_the_hf_engine_is_refused_before_any_model_loads(
     def must_not_load(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a model was loaded before the refusal")
 
-    monkeypatch.setattr(run, "load_policy", must_not_load)
+    monkeypatch.setattr(environment, "load_policy", must_not_load)
     config = tiny_config(model={"name_or_path": str(folder), "backend": "hf"})
     sharded = Distributed(rank=0, world_size=2, sharded=True)
     with pytest.raises(ConfigError, match=r"policy.strategy=fsdp: generation needs the vLLM"):
-        run.load_models(config, sharded)
+        environment.load_models(config, sharded)
 
 
 def test_a_sharded_policy_is_read_into_host_memory_even_where_a_gpu_is_visible(
