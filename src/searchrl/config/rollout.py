@@ -53,6 +53,14 @@ class RolloutConfig:
     again ends the trajectory without an answer. Search-R1's users ask for this; it gives
     every trajectory that is not cut by the length cap an answer to be scored."""
 
+    streaming: bool = True
+    """Continuous batching across turns where the engine offers it (vLLM): each trajectory's
+    next turn starts as soon as its own last turn and search are done, instead of every turn
+    waiting for the slowest trajectory of the batch; the queries of trajectories that finish
+    in the same engine step go to the retriever in one call. Off: every turn of the batch is
+    one engine call and one retriever call (the paper's loop). The HF engine always runs
+    turn by turn."""
+
     search: bool = True
     """Give the policy the search engine. False is the R1 baseline (RL without search): the
     prompt carries no search instructions (`r1_prompt`), `</search>` does not stop a turn, no

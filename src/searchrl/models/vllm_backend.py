@@ -30,9 +30,6 @@ import atexit
 import contextlib
 import math
 import shutil
-import signal
-import sys
-import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -60,33 +57,19 @@ from searchrl.models.vllm_engine import (
     Placement,
     engine_dtype,
     engine_kwargs,
+    exit_on_sigterm,
     model_folder,
     placement,
     start_apart,
     start_here,
     vllm_available,
 )
+from searchrl.models.vllm_stream import enqueue, step_until_finished, vllm_params
 from searchrl.models.vllm_weights import SharedWeights, engine_state, ties_head, untied_config
 from searchrl.models.weights import weights_version
 from searchrl.utils.reaper import Reaper
 
 __all__ = ["VLLMBackend", "engine_dtype", "exit_on_sigterm", "vllm_available"]
-
-
-def _raise_exit(signum: int, _frame: object) -> None:
-    sys.exit(128 + signum)
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM (`kill`, `timeout`, a job scheduler) exit through Python's normal shutdown.
-    By default it ends the interpreter without running atexit hooks, and vLLM's engine
-    processes outlive the command: an orphaned CPU engine held 4 GB and a quarter of a core for
-    49 minutes here after its training run was killed. Only where no handler was installed,
-    and only from the main thread (the only one that may install one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_exit)
 
 
 def _close_at_exit(ref: weakref.ref[VLLMBackend]) -> None:
@@ -100,6 +83,9 @@ class VLLMBackend:
 
     owns_weights = True
     """The engine holds its own copy of the weights (`models.generation.WeightSyncable`)."""
+
+    streams = True
+    """Offers `submit`/`collect`: rows enter and leave the running engine one by one."""
 
     def __init__(
         self,
@@ -132,6 +118,9 @@ class VLLMBackend:
         """Prompt tokens sent, and those of them served from the prefix cache (running sums:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
+        self._empty: list[str] = []
+        self._submitted = 0
+        """Submitted rows with no room to generate, answered at the next `collect`."""
         self._shared: SharedWeights | None = None
         self._closed = False
         self._reaper: Reaper | None = None
@@ -341,20 +330,7 @@ class VLLMBackend:
                 continue
             index.append(i)
             requests.append(vllm.TokensPrompt(prompt_token_ids=list(prompt)))
-            seed = {} if self.where.cpu else {"seed": p.seed}  # module docstring
-            request_params.append(
-                vllm.SamplingParams(
-                    n=1,
-                    temperature=p.temperature,
-                    top_p=p.top_p,
-                    max_tokens=p.max_new_tokens,
-                    stop=list(p.stop),
-                    include_stop_str_in_output=True,
-                    skip_special_tokens=False,
-                    logprobs=0,
-                    **seed,
-                )
-            )
+            request_params.append(vllm_params(vllm, p, seeded=not self.where.cpu))
         if requests:
             with self._engine_stream():
                 outputs = self.llm.generate(requests, request_params, use_tqdm=False)
@@ -363,6 +339,36 @@ class VLLMBackend:
                 self.prompt_tokens += len(prompts[i])
                 self.cached_tokens += int(output.num_cached_tokens or 0)
         return [r for r in results if r is not None]
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """Add rows to the running engine without waiting for them (`models.vllm_stream`);
+        returns one key per row, which `collect` hands back with its `Generation`. A row
+        with no room to generate is answered at the next `collect`."""
+        self._awake()
+        vllm = import_vllm()
+        keys: list[str] = []
+        for prompt, p in zip(prompts, params, strict=True):
+            self._submitted += 1
+            keys.append(f"searchrl-{self._submitted}")
+            if p.max_new_tokens <= 0:
+                self._empty.append(keys[-1])
+            else:
+                enqueue(self.llm, vllm, keys[-1], prompt, p, seeded=not self.where.cpu)
+        return keys
+
+    def collect(self) -> list[tuple[str, Generation]]:
+        """Run the engine until some submitted rows finish: (key, generation) of each."""
+        if self._empty:
+            done, self._empty = self._empty, []
+            return [(key, Generation([], [], "", "length")) for key in done]
+        with self._engine_stream():
+            finished = step_until_finished(self.llm)
+        out = []
+        for output in finished:
+            self.prompt_tokens += len(output.prompt_token_ids or ())
+            self.cached_tokens += int(output.num_cached_tokens or 0)
+            out.append((output.request_id, self._convert(output.outputs[0])))
+        return out
 
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]

@@ -31,7 +31,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +185,7 @@ def engine_kwargs(
         "enforce_eager": enforce_eager(config, where.cpu),
         "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
         "worker_extension_cls": WORKER_EXTENSION,
+        "use_tqdm_on_load": False,  # our lines, not its progress bar (`utils.quiet`)
         **SAMPLED_LOGPROBS,
     }
     if dummy:
@@ -248,6 +252,22 @@ def model_type_folder(source: str, tokenizer: Any) -> Path:
     except OSError:  # a model without one: derived from its config
         generation = None
     return model_folder(config, tokenizer, generation)
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `timeout`, a job scheduler) exit through Python's normal shutdown.
+    By default it ends the interpreter without running atexit hooks, and vLLM's engine
+    processes outlive the command: an orphaned CPU engine held 4 GB and a quarter of a core for
+    49 minutes here after its training run was killed. Only where no handler was installed,
+    and only from the main thread (the only one that may install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_exit)
 
 
 def start_here(kwargs: dict[str, Any]) -> tuple[Any, InProcessState]:

@@ -26,6 +26,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import (
@@ -37,7 +38,7 @@ from searchrl.data.templates import (
     THINK_CLOSE,
     format_information,
 )
-from searchrl.models.generation import GenerationBackend, SamplingParams
+from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
 from searchrl.rollout.parse import Action, parse_action
@@ -132,15 +133,14 @@ class RolloutEngine:
         rows = [_Row(traj=t, turn=t.stats.turns) for t in starts]
         for row in rows:
             row.phase = self._decide(row, None)
+        if self.config.streaming and getattr(self.backend, "streams", False):
+            self._run_streaming(rows)
         while True:
             generating = [r for r in rows if r.phase is Phase.GENERATE]
             if not generating:
                 break
             self._generate(generating)
-            self._search([r for r in rows if r.phase is Phase.SEARCH])
-            for row in rows:
-                if row.phase is Phase.INSERT:
-                    self._insert(row)
+            self._advance(rows)
         for row in rows:
             self._score(row.traj)
         return [r.traj for r in rows]
@@ -194,19 +194,54 @@ class RolloutEngine:
             or (force and not row.forcing and self._final_round(row)),
         )
 
+    def _advance(self, rows: Sequence[_Row]) -> None:
+        """After their generation: the searches of `rows` in one retriever call, then the
+        observations (and any feedback) inserted."""
+        self._search([r for r in rows if r.phase is Phase.SEARCH])
+        for row in rows:
+            if row.phase is Phase.INSERT:
+                self._insert(row)
+
     def _generate(self, rows: list[_Row]) -> None:
         """One backend call for every row waiting to generate."""
         prompts = [r.traj.prompt_ids + r.traj.response_ids for r in rows]
         started = time.perf_counter()
         outputs = self.backend.generate(prompts, [self._sampling(r) for r in rows])
-        elapsed = time.perf_counter() - started
-        generated = sum(len(out.token_ids) for out in outputs)
-        for row, out in zip(rows, outputs, strict=True):
+        self._receive(list(zip(rows, outputs, strict=True)), time.perf_counter() - started)
+
+    def _run_streaming(self, rows: list[_Row]) -> None:
+        """Continuous batching across turns (`rollout.streaming`, engines that `stream`:
+        `submit`/`collect`): a row's next turn is submitted as soon as its last one is done
+        and its search answered, so no row waits for the slowest row of its batch and the
+        engine keeps as many rows in flight as there are unfinished trajectories. The rows
+        that finish in the same engine step send their queries in one retriever call."""
+        stream: Any = self.backend
+        flight: dict[str, _Row] = {}
+
+        def submit(ready: list[_Row]) -> None:
+            if ready:
+                prompts = [r.traj.prompt_ids + r.traj.response_ids for r in ready]
+                keys = stream.submit(prompts, [self._sampling(r) for r in ready])
+                flight.update(zip(keys, ready, strict=True))
+
+        submit([r for r in rows if r.phase is Phase.GENERATE])
+        while flight:
+            started = time.perf_counter()
+            finished = stream.collect()
+            done = [(flight.pop(key), out) for key, out in finished]
+            self._receive(done, time.perf_counter() - started)
+            self._advance([row for row, _ in done])
+            submit([row for row, _ in done if row.phase is Phase.GENERATE])
+
+    def _receive(self, outputs: list[tuple[_Row, Generation]], elapsed: float) -> None:
+        """Append each row's generated turn and decide what comes next. Each row gets its
+        share of the `elapsed` seconds by the tokens it generated: summed over the rows, the
+        shares add up to the call's wall time (tokens/s stays honest)."""
+        generated = sum(len(out.token_ids) for _, out in outputs)
+        for row, out in outputs:
             complete = len(out.logprobs) == len(out.token_ids)
             logprobs = list(out.logprobs) if complete else None
             self._append(row.traj, "policy", out.text, out.token_ids, logprobs)
-            # Each row's share of the batched call, by the tokens it generated: summed over
-            # the rows, the shares add up to the call's wall time (tokens/s stays honest).
             row.traj.stats.generation_s += elapsed * len(out.token_ids) / max(generated, 1)
             if row.forcing:
                 row.phase = self._complete_forced(row, out.text)

@@ -23,6 +23,7 @@ samples of a prompt are drawn on one rank).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,7 @@ class Trainer:
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
         """One RL step; returns its metrics and every trajectory sampled for it."""
         timer = StageTimer(self.on_stage)
+        cpu = time.process_time()
         with timer("step"):
             sampled, trained, counts = self.collector.collect(self.step_count, timer)
             if self.collected is not None:  # overlap: the next step's rollouts start now
@@ -197,7 +199,8 @@ class Trainer:
         tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
         metrics["train/epoch"] = float(self.sampler.epoch)
-        metrics.update(self.meter.after_step(counts, len(trained), timer.seconds["step"]))
+        cpu = time.process_time() - cpu  # this process: the trainer and an in-process engine
+        metrics.update(self.meter.after_step(counts, len(trained), timer.seconds["step"], cpu))
         if self.refine is not None:
             step_s = max(timer.seconds["step"], 1e-9)
             metrics["refiner/seconds_share"] = metrics["refiner/refine_s"] / step_s

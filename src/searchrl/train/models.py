@@ -81,29 +81,44 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         for param in model.parameters():
             if param.dtype != torch.float32:
                 param.data = param.data.float()
-    if config.train_layers > 0 and config.lora_rank == 0:
-        freeze_below(model, config.train_layers)
+    top = top_layers(model, config.train_layers)
+    if top > 0 and config.lora_rank == 0:
+        freeze_below(model, top)
     if config.gradient_checkpointing:
         enable_checkpointing(model)
         model.config.use_cache = False
     if config.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
-        # With train_layers, adapters go on the top layers only: the backward pass then
-        # stops there, as it does for full fine-tuning of the top layers.
-        count = len(decoder_layers(model, config.train_layers))
-        top = list(range(count - config.train_layers, count)) if config.train_layers else None
         lora = LoraConfig(
             r=config.lora_rank,
             lora_alpha=config.lora_alpha,
-            target_modules="all-linear",
-            layers_to_transform=top,
+            target_modules=_linear_layers(model, top) if top else "all-linear",
             lora_dropout=0.0,
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
     model.train()
     return model
+
+
+def _linear_layers(model: nn.Module, top: int) -> list[str]:
+    """The names of the linear layers inside the top `top` decoder layers: with
+    `train_layers`, adapters go there only, so the backward pass stops there as it does for
+    full fine-tuning of the top layers."""
+    layers = decoder_layers(model, top)
+    wanted = {id(layer) for layer in layers[len(layers) - top :]}
+    prefixes = [f"{name}." for name, module in model.named_modules() if id(module) in wanted]
+    return [name for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and name.startswith(tuple(prefixes))]  # fmt: skip
+
+
+def top_layers(model: nn.Module, wanted: int) -> int:
+    """`policy.train_layers` for this model: 0 (every layer) when it has no more layers than
+    that (a preset sized for SmolLM2's 30 layers, run on a 2-layer test model)."""
+    if wanted == 0:
+        return 0
+    return wanted if wanted < len(decoder_layers(model, 0)) else 0
 
 
 def decoder_layers(model: nn.Module, top_layers: int) -> nn.ModuleList:

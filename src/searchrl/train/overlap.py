@@ -72,6 +72,16 @@ class SharedEngine:
         with self.lock:
             return self.backend.generate(prompts, params)
 
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """A streaming engine's `submit` (`rollout.streaming`), under the lock."""
+        with self.lock:
+            return self.backend.submit(prompts, params)  # type: ignore[attr-defined]
+
+    def collect(self) -> list[tuple[Any, Generation]]:
+        """A streaming engine's `collect`, under the lock."""
+        with self.lock:
+            return self.backend.collect()  # type: ignore[attr-defined]
+
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
     ) -> list[list[float]]:

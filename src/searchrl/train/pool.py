@@ -41,7 +41,7 @@ from searchrl.train.ports import Distributed, RolloutFn
 from searchrl.types import Question
 from searchrl.utils.progress import progress_bar
 
-CHUNK = 16
+CHUNK = 32
 """Questions rolled out per call while screening (and per cache write)."""
 
 

@@ -42,16 +42,23 @@ class SignalBudget:
     trained: int = 0
     trajectories: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
-    def add(self, counts: dict[str, float], trajectories: int, seconds: float) -> dict[str, float]:
-        """Count one step (its `train/groups_*` counters, the trajectories it trained on and
-        its wall seconds) → the running `signal/*` metrics."""
+    def add(
+        self, counts: dict[str, float], trajectories: int, seconds: float, cpu_seconds: float = 0.0
+    ) -> dict[str, float]:
+        """Count one step (its `train/groups_*` counters, the trajectories it trained on, its
+        wall seconds and the CPU seconds of this process and its engine's) → the running
+        `signal/*` metrics. The CPU-hour rate is the one to compare on a shared machine, where
+        wall time depends on what else runs."""
         self.sampled += int(counts.get("train/groups_sampled", 0))
         self.informative += int(counts.get("train/groups_informative", 0))
         self.trained += int(counts.get("train/groups_trained", 0))
         self.trajectories += trajectories
         self.seconds += seconds
+        self.cpu_seconds += cpu_seconds
         hours = max(self.seconds, 1e-9) / 3600
+        cpu_hours = max(self.cpu_seconds, 1e-9) / 3600
         return {
             "signal/sampled_total": float(self.sampled),
             "signal/informative_total": float(self.informative),
@@ -60,6 +67,7 @@ class SignalBudget:
             "signal/informative_share": self.informative / max(self.sampled, 1),
             "signal/informative_per_hour": self.trained / hours,
             "signal/trajectories_per_hour": self.trajectories / hours,
+            "signal/informative_per_cpu_hour": self.trained / cpu_hours,
         }
 
     def state(self) -> dict[str, float]:
@@ -123,14 +131,15 @@ class Anchor:
 
 def pass_at_k(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """pass@1 (mean success over every sample) and pass@k (share of questions with at least
-    one success among their k samples), plus pass@1 by hop count where questions know it."""
+    one success among their `probe/k` samples), searches and answered share."""
     groups = groups_of(trajectories)
     success = [[t.metrics.get("em", 0.0) > 0 for t in g] for g in groups]
     n = max(sum(len(s) for s in success), 1)
     k = max((len(s) for s in success), default=0)
     out = {
         "probe/pass@1": sum(sum(s) for s in success) / n,
-        f"probe/pass@{k}": sum(any(s) for s in success) / max(len(success), 1),
+        "probe/pass@k": sum(any(s) for s in success) / max(len(success), 1),
+        "probe/k": float(k),
         "probe/searches": sum(t.stats.searches for t in trajectories) / max(len(trajectories), 1),
         "probe/answered": sum(t.answer is not None for t in trajectories)
         / max(len(trajectories), 1),
@@ -227,9 +236,13 @@ class SignalMeter:
     every: int
     budget: SignalBudget = field(default_factory=SignalBudget)
 
-    def after_step(self, counts: dict[str, float], trajectories: int, seconds: float) -> dict:
-        """`signal/*` after one step (its group counters, trained trajectories, wall time)."""
-        return {**self.budget.add(counts, trajectories, seconds), **self.anchor.metrics()}
+    def after_step(
+        self, counts: dict[str, float], trajectories: int, seconds: float, cpu_seconds: float
+    ) -> dict[str, float]:
+        """`signal/*` after one step (its group counters, trained trajectories, wall and CPU
+        time)."""
+        budget = self.budget.add(counts, trajectories, seconds, cpu_seconds)
+        return {**budget, **self.anchor.metrics()}
 
     def run_probe(
         self, rollout: RolloutFn, policy: nn.Module, hops: dict[str, int | None]

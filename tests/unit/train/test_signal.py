@@ -69,7 +69,7 @@ def test_pass_at_k_counts_samples_and_questions() -> None:
     trajectories = [_traj("a", 1), _traj("a", 0), _traj("b", 0), _traj("b", 0)]
     out = pass_at_k(trajectories)
     assert out["probe/pass@1"] == 0.25
-    assert out["probe/pass@2"] == 0.5
+    assert out["probe/pass@k"] == 0.5 and out["probe/k"] == 2
 
 
 def test_probe_kl_is_zero_until_the_policy_moves() -> None:
