@@ -229,6 +229,10 @@ def test_rows_carry_their_seeds_on_a_gpu_and_a_missing_logprob_is_unknown(
     gpu = backend(FakeLLM(), tokenizer, GPU_RANK_1)
     gpu.generate([[1, 2], [3, 4]], params)
     assert [p["seed"] for p in gpu.llm.calls[-1][1]] == [11, 12]
+    from searchrl.models.vllm_stream import vllm_params
+
+    streamed = vllm_params(fake_vllm(), params[0], seeded=True)  # rows submitted one by one
+    assert streamed["seed"] == 11 and "seed" not in vllm_params(fake_vllm(), params[0])
     cpu = backend(FakeLLM(logprobs={}), tokenizer, Placement(True, True, False, 0, False))
     (out,) = cpu.generate([[1, 2]], params[:1])
     assert "seed" not in cpu.llm.calls[-1][1][0]
