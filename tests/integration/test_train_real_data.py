@@ -103,7 +103,7 @@ def test_interface_trains_on_the_merge_parquet_with_a_dense_index(
         seen.append(tokenizer)
         return SearchingBackend(tokenizer)
 
-    monkeypatch.setattr("searchrl.train.run.make_backend", scripted)
+    monkeypatch.setattr("searchrl.train.environment.make_backend", scripted)
     run = tmp_path / "RUN"
     interface = [
         "train", "--config", "tiny_cpu_grpo", "--out", str(run), f"data.train_files={train}",

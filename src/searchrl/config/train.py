@@ -25,6 +25,7 @@ from searchrl.config.data import GroundingConfig, WorldConfig
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.overlap import OverlapConfig
+from searchrl.config.plan import PlanConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
@@ -339,8 +340,10 @@ class TrainConfig:
     mini_batch_size: PositiveInt = 256
     """Prompts per policy update (batch_size / mini_batch_size updates per epoch)."""
     micro_batch_size: PositiveInt = 8
-    """Sequences per forward/backward (gradient accumulation fills the mini-batch). The
-    sequences of a micro-batch are packed into one row (no padding)."""
+    """Sequences per forward/backward in each process (gradient accumulation fills the
+    mini-batch): unlike the batch sizes, not divided among the processes. veRL's (and the
+    paper's) `ppo_micro_batch_size=64` counts all GPUs: 8 a GPU on 8 GPUs. The sequences of
+    a micro-batch are packed into one row (no padding)."""
     micro_batch_tokens: NonNegativeInt = 0
     """> 0: a forward also holds at most this many tokens (a longer sequence goes alone), so
     many short trajectories share a forward while a few long ones cannot exhaust memory."""
@@ -365,6 +368,7 @@ class TrainConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)
     signal: SignalConfig = field(default_factory=SignalConfig)
     screen: ScreenConfig = field(default_factory=ScreenConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value

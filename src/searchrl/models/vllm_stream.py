@@ -17,9 +17,12 @@ from typing import Any
 from searchrl.models.generation import SamplingParams
 
 
-def vllm_params(vllm: Any, params: SamplingParams) -> Any:
+def vllm_params(vllm: Any, params: SamplingParams, *, seeded: bool = False) -> Any:
     """vLLM's sampling parameters for one row: stop strings kept in the output, special
-    tokens kept, the sampled token's log-prob returned."""
+    tokens kept, the sampled token's log-prob returned; with `seeded` (GPUs: the CPU build
+    crashes on per-request seeds under chunked prefill, `models.vllm_backend`) the row's own
+    seed."""
+    seed = {"seed": params.seed} if seeded else {}
     return vllm.SamplingParams(
         n=1,
         temperature=params.temperature,
@@ -29,16 +32,20 @@ def vllm_params(vllm: Any, params: SamplingParams) -> Any:
         include_stop_str_in_output=True,
         skip_special_tokens=False,
         logprobs=0,
+        **seed,
     )
 
 
-def enqueue(llm: Any, vllm: Any, key: str, prompt: Sequence[int], params: SamplingParams) -> None:
+def enqueue(
+    llm: Any, vllm: Any, key: str, prompt: Sequence[int], params: SamplingParams, *,
+    seeded: bool = False,
+) -> None:  # fmt: skip
     """Add one row to the engine under the request id `key` (the id its finished output
-    carries), without running the engine."""
+    carries), without running the engine; `seeded` as in `vllm_params`."""
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    request = vllm_params(vllm, params)
+    request = vllm_params(vllm, params, seeded=seeded)
     request.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished turn comes back
     llm.llm_engine.add_request(key, TokensPrompt(prompt_token_ids=list(prompt)), request)
 

@@ -21,6 +21,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from searchrl.config.train import PolicyConfig
 from searchrl.models.precision import fast_bf16
+from searchrl.models.weights import compute_device, track_writes
 from searchrl.train.collate import Batch
 from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
 
@@ -181,7 +182,7 @@ def use_bf16(setting: str, module: nn.Module) -> bool:
     """Resolve `policy.autocast` for where `module` lives (`auto`: on where bf16 is fast, i.e.
     CUDA and CPUs with native bf16; see `models.precision`)."""
     if setting == "auto":
-        return fast_bf16(next(module.parameters()).device)
+        return fast_bf16(compute_device(module))
     return setting == "bf16"
 
 
@@ -199,7 +200,9 @@ def make_optimizer(module: nn.Module, lr: float, weight_decay: float) -> torch.o
     fused = all(
         p.device.type in ("cpu", "cuda") and not isinstance(p.data, DTensor) for p in params
     )
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    track_writes(optimizer)  # the fused kernel's writes reach `weights_version` this way
+    return optimizer
 
 
 def warmup_then_constant(

@@ -33,7 +33,7 @@ from searchrl.config.train import TrainConfig
 from searchrl.data.benchmarks import DataError
 from searchrl.data.grounded import answer_recall
 from searchrl.data.sources import load_sources
-from searchrl.models.vllm_weights import weights_version
+from searchrl.models.weights import weights_digest
 from searchrl.retrieval.base import Retriever
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
@@ -102,7 +102,7 @@ def _question_key(question: Question) -> str:
 def cache_file(config: TrainConfig, policy: nn.Module) -> Path:
     """The verdict cache of this start policy and these settings."""
     merged = merged_for_export(policy)
-    weights = _digest(weights_version(merged))
+    weights = _digest(weights_digest(merged))
     settings = _digest(
         weights, to_dict(config.rollout), to_dict(config.reward), config.screen.samples,
         config.seed,

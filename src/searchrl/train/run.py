@@ -36,7 +36,7 @@ from rich.progress import (
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig, TrainConfig
-from searchrl.models.generation import GenerationBackend
+from searchrl.models.generation import GenerationBackend, WeightSyncable
 from searchrl.refiner import MetaRefiner
 from searchrl.reward.judges import CachedJudge, make_judge
 from searchrl.reward.outcome import RewardFn
@@ -44,18 +44,17 @@ from searchrl.reward.scoring import make_reward
 from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
-from searchrl.train.collect import engine_seed
 from searchrl.train.distill import distill
 from searchrl.train.environment import (
     build_environment,
     export_model,
-    load_policy,
-    make_backend,
+    load_models,
     make_rollout_fn,
 )
 from searchrl.train.loop import Trainer
+from searchrl.train.memory_plan import check_plan
 from searchrl.train.metrics import MetricsWriter, save_trajectories
-from searchrl.train.models import Critic, frozen_reference, use_bf16
+from searchrl.train.models import use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
 from searchrl.train.pool import check_disjoint, gold_retrieved, probe_questions, screen
 from searchrl.train.ports import Distributed
@@ -243,6 +242,15 @@ def _summary(metrics: dict[str, float]) -> str:
                     for k in keys if k in metrics)  # fmt: skip
 
 
+def on_stage(stage: str, live: LiveStep, engine: GenerationBackend) -> None:
+    """Each stage of a step as it starts: shown on the bar, and once the rollouts are
+    collected (`ref`, the first stage of the update) the engine hands its GPU memory back
+    until the next sync (vLLM's sleep mode, where it sleeps)."""
+    live.stage(stage)
+    if stage == "ref" and isinstance(engine, WeightSyncable):
+        engine.release()
+
+
 def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str, float]:
     """Run RL training to `config.steps`; returns the last step's metrics (with the final
     held-out evaluation when `data.eval_size > 0`)."""
@@ -250,6 +258,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     main = dist.rank == 0
     if config.distill.every and dist.world_size > 1:
         raise ValueError("distill.every: self-distillation runs in one process only")
+    check_plan(config)  # on GPUs: refused here, before anything loads, if it cannot fit
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     if main:
@@ -258,18 +267,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     env = build_environment(
         config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
     )
-    policy, tokenizer = load_policy(config.model, config.policy)
-    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
-    needs_reference = config.algo.kl_coef > 0
-    reference = (
-        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
-    )
-    critic = Critic(policy) if config.uses_critic else None
-    engine = make_backend(
-        config.model, policy, tokenizer, config.rollout.max_total_tokens,
-        seed=engine_seed(config.seed, dist.rank, dist.world_size),
-        overlapped=config.overlap.enabled,
-    )  # fmt: skip
+    policy, tokenizer, reference, critic, engine = load_models(config, dist)
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)
     rollout = make_rollout_fn(
@@ -333,7 +331,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
         live = LiveStep(bar, _summary)
-        trainer.on_stage = live.stage
+        trainer.on_stage = lambda stage: on_stage(stage, live, engine)
         while trainer.step_count < config.steps:
             live.start(trainer.step_count + 1, metrics)
             with backend.reporting(live.turns):
