@@ -14,6 +14,7 @@ import typer
 from searchrl import __version__
 from searchrl.cli import config, data, demo, eval, report, retrieval, rollout, train
 from searchrl.cli.boundary import DEBUG_ENV, SearchRLGroup
+from searchrl.utils.memory import release_freed_memory
 from searchrl.utils.quiet import quiet_libraries
 from searchrl.utils.threads import apply_threads
 
@@ -57,7 +58,9 @@ for module in (retrieval, data, rollout, train, demo, eval, report, config):
 
 def main() -> None:
     """Console-script entry point: quiet the libraries (`utils.quiet`; `--debug` or
-    SEARCHRL_VERBOSE=1 keeps them talking), choose torch's thread count, run the command."""
+    SEARCHRL_VERBOSE=1 keeps them talking), let freed tensors go back to the system
+    (`utils.memory`), choose torch's thread count, run the command."""
     quiet_libraries(verbose="--debug" in sys.argv or bool(os.environ.get(DEBUG_ENV)))
+    release_freed_memory()
     apply_threads()
     app()
