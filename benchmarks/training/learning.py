@@ -85,7 +85,7 @@ class Seed:
             out += [arm, f"eval_{arm}", f"evalx_{arm}", *([f"pass_{arm}"] if passk else [])]
         if self.args.overfit_steps:
             out += ["overfit", "fixed_sft", "fixed_overfit"]
-        return out
+        return [stage for stage in out if not self.args.only or stage in self.args.only]
 
     def _world(self, name: str, world_seed: int) -> list[list[str]]:
         world, index = self.dir / name, self.dir / f"{name}_bm25"
@@ -259,6 +259,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="seeds run side by side")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
+    parser.add_argument("--only", nargs="*", default=[], metavar="STAGE",
+                        help="run only these stages (e.g. world cross sft: the warm starts of "
+                        "more seeds while an arm runs elsewhere)")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
     parser.add_argument("--archive", type=Path, metavar="DIR",
                         help="also copy what the summary reads (per-question results, "
