@@ -49,6 +49,11 @@ def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_pat
     assert summary["n"] == 6 and {"em_before", "em_after", "gain", "em_by_hops"} <= set(summary)
     assert sum(row["n"] for row in summary["em_by_hops"].values()) == 6
     assert summary["gain"]["wins"] + summary["gain"]["losses"] + summary["gain"]["ties"] == 6
+    assert {"diff", "low", "high"} <= set(summary["gain"])
+    # the signal RL was given: informative groups trained, distance moved, the probe (the
+    # world's 4 dev questions, before and after)
+    assert summary["informative_groups"] >= 0 and summary["moved"] >= 0
+    assert len(summary["probe"]["pass@1"]) == 2 and "RL's signal:" in first.output
     for path in ("report.html", "curves.png", "grpo/model/config.json", "sft/model/config.json",
                  "world/manifest.json", "grpo/trajectories/eval_step_0.jsonl"):  # fmt: skip
         assert (out / path).is_file(), path
