@@ -46,7 +46,7 @@ def measure(args: argparse.Namespace) -> dict:
     from searchrl.eval.sets import load_sets
     from searchrl.models.loading import load_tokenizer
     from searchrl.retrieval.index import load_index
-    from searchrl.rollout.loop import observation_ids
+    from searchrl.rollout.rows import observation_ids
     from searchrl.utils.progress import progress_bar
 
     first, last = (int(x) for x in args.rows.split(":"))

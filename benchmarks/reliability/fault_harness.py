@@ -77,6 +77,7 @@ def train_overrides(setup: Setup, steps: int) -> list[str]:
         "save_every=1", "keep_checkpoints=2", "data.eval_size=2", f"data.world_dir={setup.world}",
         "rollout.max_turns=1", "rollout.max_response_tokens=8", "policy.autocast=fp32",
         "policy.torch_threads=1", "logging.progress=false", "logging.tensorboard=false",
+        "screen.samples=0", "signal.probe_every=0",
     ]  # fmt: skip
 
 

@@ -56,7 +56,8 @@ from searchrl.config.retrieval import RemoteConfig
 from searchrl.train.checkpoint import latest_checkpoint, load_checkpoint
 from searchrl.utils.progress import progress_bar
 
-VOLATILE = ("timing_s/", "perf/")
+VOLATILE = ("timing_s/", "perf/", "signal/informative_per_", "signal/trajectories_per_")
+"""Metrics of wall or CPU time, which a killed and resumed run cannot repeat."""
 
 
 def _bytes(path: Path) -> int:

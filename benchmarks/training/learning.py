@@ -46,6 +46,7 @@ warm start is trained once, and an evaluation the other process is running is le
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,6 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # stage
 from learning_arms import ARMS, WARM
 from learning_summary import summarize
 from stages import HOPS, ROLLOUT, run_stage, searchrl, stage_lock
+
+FIXED = "fixed32.jsonl"
+"""The overfit stage's questions, in the seed's folder."""
 
 
 class Seed:
@@ -75,9 +79,13 @@ class Seed:
         warm += [f"sft_{n}" for n in self.args.curve]
         out = ["world", "cross", *warm, *(f"eval_{w}" for w in warm), "evalx_sft"]
         out += [f"evalx_{w}" for w in warm if w != "sft"]
+        passk = self.args.pass_questions > 0
+        out += ["pass_sft"] if passk else []
         for arm in self.args.arms:
-            out += [arm, f"eval_{arm}", f"evalx_{arm}"]
-        return out
+            out += [arm, f"eval_{arm}", f"evalx_{arm}", *([f"pass_{arm}"] if passk else [])]
+        if self.args.overfit_steps:
+            out += ["overfit", "fixed_sft", "fixed_overfit"]
+        return [stage for stage in out if not self.args.only or stage in self.args.only]
 
     def _world(self, name: str, world_seed: int) -> list[list[str]]:
         world, index = self.dir / name, self.dir / f"{name}_bm25"
@@ -108,6 +116,43 @@ class Seed:
         return [searchrl("train", "--config", "tiny_cpu_grpo", *out, *start, *run, *overrides,
                          *self._engine(), *self.args.set)]  # fmt: skip
 
+    def _sampled(self, stage: str) -> tuple[Path, list[list[str]]]:
+        """pass@k at temperature 1: `pass_<model>` samples the first `--pass-questions` test
+        questions of the seed's world 4 times each; `fixed_<model>` samples the overfit
+        stage's fixed questions 8 times each."""
+        kind, model = stage.split("_", 1)
+        out = self.dir / f"{stage}.jsonl"
+        fixed = kind == "fixed"
+        data = self.dir / (FIXED if fixed else "world/test.jsonl")
+        limit = ["--limit", str(self.args.pass_questions)] if not fixed else []
+        sets = [f"--set={o}" for o in (*ROLLOUT, *self._engine())]
+        return out, [searchrl("rollout", "--model", str(self.dir / model / "model"),
+                              "--data", str(data), "--index", str(self.dir / "world_bm25"),
+                              "--n", "8" if fixed else "4", "--temperature", "1", "--seed",
+                              str(self.seed), "--out", str(out), *limit, *sets)]  # fmt: skip
+
+    def _overfit(self) -> list[list[str]]:
+        """The recipe on a fixed handful of pool questions (`FIXED`, written when the stage
+        runs), revisited every few steps: the policy gradient must be able to overfit them."""
+        index = self.dir / "world_bm25"
+        files = [f"data.train_files=[{self.dir / FIXED}]", f"data.index_dir={index}",
+                 "data.val_files=[]", "data.eval_size=0", "data.exclude_trained_by=''",
+                 "screen.samples=0", f"signal.probe_files=[{self.dir / 'world' / 'dev.jsonl'}]",
+                 f"policy.init_checkpoint={self.dir / 'sft' / 'model'}", f"seed={self.seed}",
+                 f"steps={self.args.overfit_steps}", "logging.progress=false"]  # fmt: skip
+        out = ["--out", str(self.dir / "overfit"), "--resume"]
+        return [searchrl("train", "--config", "tiny_cpu_grpo", *out, *files, *self._engine(),
+                         *self.args.set)]  # fmt: skip
+
+    def write_fixed(self, count: int = 32) -> None:
+        """The overfit stage's questions: the first `count` train questions the warm start
+        was not trained on."""
+        trained = set((self.dir / "sft" / "trained_questions.txt").read_text().split())
+        lines = (self.dir / "world" / "train.jsonl").read_text().splitlines()
+        kept = [line for line in lines
+                if json.loads(line)["id"] not in trained][:count]  # fmt: skip
+        (self.dir / FIXED).write_text("".join(f"{line}\n" for line in kept))
+
     def _engine(self) -> list[str]:
         """The generation engine of every training and evaluation stage (`--engine`)."""
         return [] if self.args.engine == "auto" else [f"model.backend={self.args.engine}"]
@@ -130,6 +175,10 @@ class Seed:
             return d / stage / "model" / "config.json", self._sft(stage, examples)
         if stage in ARMS:
             return d / stage / "model" / "config.json", self._train(stage)
+        if stage == "overfit":
+            return d / stage / "model" / "config.json", self._overfit()
+        if stage.startswith(("pass_", "fixed_")):
+            return self._sampled(stage)
         model = stage.split("_", 1)[1]
         world = "cross" if stage.startswith("evalx_") else "world"
         return d / stage / "summary.json", self._eval(model, world, stage)
@@ -141,6 +190,8 @@ class Seed:
             if not held:
                 return False
             marker, commands = self.commands(stage)  # done by the holder we may have waited for
+            if stage == "overfit" and not (self.dir / FIXED).is_file():
+                self.write_fixed()
             if not marker.exists():
                 run_stage(self.times_path, stage, commands, self.dir / f"{stage}.log", threads)
             return True
@@ -184,13 +235,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=["recipe", "unmasked", "weak"],
                         choices=list(ARMS))  # fmt: skip
-    parser.add_argument("--steps", type=int, default=20, help="RL steps per arm")
+    parser.add_argument("--steps", type=int, default=30, help="RL steps per arm (an arm "
+                        "may set its own, as `old` does)")  # fmt: skip
     parser.add_argument("--sft-examples", type=int, default=200)
     parser.add_argument("--weak-examples", type=int, default=50)
     parser.add_argument("--curve", type=int, nargs="*", default=[], metavar="N",
                         help="also SFT warm starts on N references, evaluated on both worlds: "
                         "the curve that says how many references RL from the weak start is "
                         "worth")  # fmt: skip
+    parser.add_argument("--pass-questions", type=int, default=100,
+                        help="test questions sampled 4 times each at temperature 1 for pass@k "
+                        "(0: none)")  # fmt: skip
+    parser.add_argument("--overfit-steps", type=int, default=0,
+                        help="also run the recipe this many steps on 32 fixed pool questions "
+                        "and sample them 8 times each before and after (0: no)")  # fmt: skip
     parser.add_argument("--test", type=int, default=200, help="held-out questions per world")
     parser.add_argument("--train", type=int, default=600, help="train questions per world")
     parser.add_argument("--entities", type=int, default=500)
@@ -201,6 +259,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="seeds run side by side")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every RL arm (repeatable)")  # fmt: skip
+    parser.add_argument("--only", nargs="*", default=[], metavar="STAGE",
+                        help="run only these stages (e.g. world cross sft: the warm starts of "
+                        "more seeds while an arm runs elsewhere)")  # fmt: skip
     parser.add_argument("--summarize", action="store_true", help="only write tables + PNG")
     parser.add_argument("--archive", type=Path, metavar="DIR",
                         help="also copy what the summary reads (per-question results, "

@@ -3,7 +3,8 @@
 A learning campaign's `runs/` folder (worlds, warm starts, checkpoints, trajectories) is GBs on
 one machine; the archive keeps, per seed, the per-question results of every evaluation (scores,
 search counts, and the valid-format and answered flags computed from the texts, which are
-dropped), every arm's per-step metrics, the stage times, the SFT summaries and the worlds'
+dropped), every arm's per-step metrics and screening verdicts, the temperature-1 samples of
+pass@k (scores only), the stage times, the SFT summaries and the worlds'
 manifests, in the same layout, so
 
     python benchmarks/training/learning.py --out ARCHIVE --seeds 0 1 2 3 4 --arms recipe --summarize
@@ -51,6 +52,17 @@ def _evaluation(src: Path, dst: Path) -> list[Path]:
     return [dst / "samples.jsonl", *_copy(src / "summary.json", dst / "summary.json")]
 
 
+def _sampled(src: Path, dst: Path) -> list[Path]:
+    """A pass@k file without its texts: each sample's question, score and searches."""
+    rows = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+    slim = [{"id": r["id"], "uid": r.get("uid"), "metrics": r["metrics"],
+             "searches": r["stats"]["searches"], "answered": r.get("answer") is not None}
+            for r in rows]  # fmt: skip
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("".join(json.dumps(r) + "\n" for r in slim))
+    return [dst]
+
+
 def archive(root: Path, dest: Path, seeds: Sequence[int], arms: Sequence[str]) -> list[Path]:
     """Copy the summary's inputs from the campaign `root` into `dest`; returns what was
     written."""
@@ -72,8 +84,11 @@ def archive(root: Path, dest: Path, seeds: Sequence[int], arms: Sequence[str]) -
                 fingerprints[f"seed{seed}/{warm}"] = fingerprint(src / warm / "model")
         for folder in sorted(src.glob("eval*_*")):
             written += _evaluation(folder, dst / folder.name)
-        for arm in arms:
+        for arm in [*arms, "overfit"]:
             written += _copy(src / arm / "metrics.jsonl", dst / arm / "metrics.jsonl")
+            written += _copy(src / arm / "screen.json", dst / arm / "screen.json")
+        for sampled in sorted([*src.glob("pass_*.jsonl"), *src.glob("fixed_*.jsonl")]):
+            written += _sampled(sampled, dst / sampled.name)
     manifest = {
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "campaign": str(root),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # stages.py
 from learning_arms import ARMS
+from learning_signal import pass_table, signal_table
 from searchrl.eval.stats import PairedResult, paired_test, proportion_ci, t_interval
 from stages import pyplot, read_times, write_summary
 
@@ -256,6 +257,8 @@ def summarize(root: Path, seeds: Sequence[int], arms: Sequence[str], curve: Sequ
         lines.append(f"| mean | {label} | {statistics.fmean(diffs):+.3f} over {len(diffs)} "
                      "seed(s) | | |")  # fmt: skip
     lines += _over_seeds(root, seeds, arms)
+    lines += signal_table(root, seeds, arms)
+    lines += pass_table(root, seeds, arms)
     if "weak" in arms:
         lines += _curve(root, seeds, curve, sizes)
     lines += ["", "| seed | stage | wall minutes | CPU minutes |", "|---|---|---|---|"]
@@ -275,7 +278,8 @@ def _plot(root: Path, seeds: Sequence[int], arms: Sequence[str]) -> None:
     plt = pyplot()
     panels = (("critic/score/mean", "train reward"),
               ("env/number_of_valid_search", "searches / trajectory"),
-              ("rollout/no_answer", "ended without an answer"))  # fmt: skip
+              ("signal/trained_total", "informative groups trained"),
+              ("signal/moved", "‖θ − θ₀‖"))  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     for arm in arms:
         runs = []

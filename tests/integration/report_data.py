@@ -71,6 +71,11 @@ def training_run(folder: Path, seed: int, rewards: list[float], world: Path) -> 
                 "env/number_of_valid_search": 1.0 + 0.1 * step,
                 "actor/kl_loss": 0.001 * step,
                 "actor/entropy_loss": 1.5 - 0.1 * step,
+                "probe/pass@1": 0.2 + 0.02 * step,
+                "probe/pass@k": 0.4 + 0.03 * step,
+                "signal/trained_total": 3.0 * step,
+                "signal/moved": 0.1 * step,
+                "signal/probe_kl": 0.002 * step,
             }
         )
     rows[-1]["val/em"] = 0.3 + 0.02 * seed
@@ -78,6 +83,8 @@ def training_run(folder: Path, seed: int, rewards: list[float], world: Path) -> 
     # −inf: what the confidence discriminator records for a trajectory it could not score
     unscored = trajectory(1, False, True, source="world", log_odds=-math.inf)
     trajs = [trajectory(0, True, source="world"), unscored]
+    before = [trajectory(0, False, source="world"), trajectory(1, False, source="world")]
+    _jsonl(folder / "trajectories" / "eval_step_0.jsonl", [t.to_json() for t in before])
     _jsonl(
         folder / "trajectories" / f"eval_step_{len(rewards)}.jsonl", [t.to_json() for t in trajs]
     )

@@ -26,7 +26,8 @@ def _overrides(model: Path) -> list[str]:
     rl = [f"rl.model.name_or_path={model}", "rl.steps=1", "rl.batch_size=2", "rl.n_samples=2",
           "rl.mini_batch_size=2", "rl.micro_batch_size=2", "rl.data.eval_size=6",
           "rl.rollout.max_turns=1", "rl.rollout.max_response_tokens=8",
-          "rl.policy.autocast=fp32", "rl.logging.progress=false"]  # fmt: skip
+          "rl.policy.autocast=fp32", "rl.logging.progress=false",
+          "rl.screen.samples=0"]  # fmt: skip
     return world + sft + rl
 
 
@@ -48,6 +49,11 @@ def test_demo_writes_everything_and_a_rerun_reuses_the_stages(tokenizer, tmp_pat
     assert summary["n"] == 6 and {"em_before", "em_after", "gain", "em_by_hops"} <= set(summary)
     assert sum(row["n"] for row in summary["em_by_hops"].values()) == 6
     assert summary["gain"]["wins"] + summary["gain"]["losses"] + summary["gain"]["ties"] == 6
+    assert {"diff", "low", "high"} <= set(summary["gain"])
+    # the signal RL was given: informative groups trained, distance moved, the probe (the
+    # world's 4 dev questions, before and after)
+    assert summary["informative_groups"] >= 0 and summary["moved"] >= 0
+    assert len(summary["probe"]["pass@1"]) == 2 and "RL's signal:" in first.output
     for path in ("report.html", "curves.png", "grpo/model/config.json", "sft/model/config.json",
                  "world/manifest.json", "grpo/trajectories/eval_step_0.jsonl"):  # fmt: skip
         assert (out / path).is_file(), path

@@ -87,7 +87,7 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line(
 
     def full_disk(obj: Any, path: Any, *args: Any, **kwargs: Any) -> None:
         calls.append(path)
-        if len(calls) > 4:  # the second checkpoint (4 parts each) hits a full disk
+        if len(calls) > 5:  # the second checkpoint (5 parts each) hits a full disk
             Path(path).write_bytes(b"partial")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real_save(obj, path, *args, **kwargs)

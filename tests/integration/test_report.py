@@ -33,6 +33,9 @@ def test_report_holds_every_section_and_no_url(tmp_path: Path) -> None:
     assert 'class="paired-table"' in page and 'class="runs-table"' in page
     assert "Avg. A − B over sets" in page and 'class="grid-table"' in page
     assert "runs/grpo_s* (2 seeds)" in page  # two seeds of one config share a band
+    gain = re.search(r'<table class="gain-table">(.*?)</table>', page, re.S)
+    assert gain is not None and gain.group(1).count("<tr>") == 3  # header + the two seeds
+    assert "0.500" in gain.group(1) and "1 / 0" in gain.group(1)  # 0 → 0.5 on 2 questions
     block = re.search(r'<script type="application/json" id="traj-data">(.*?)</script>', page, re.S)
     records = json.loads(block.group(1), parse_constant=_refuse)  # as the browser parses it
     assert len(records) == 8 + 8 + 2 + 2

@@ -57,6 +57,7 @@ def _overrides(model_dir: Path, steps: int) -> list[str]:
         "rollout.max_response_tokens=8",
         "policy.autocast=fp32",
         "logging.progress=false",
+        "screen.samples=0",  # a random model solves nothing: screening would keep no question
     ]
 
 
@@ -72,6 +73,12 @@ def test_train_writes_run_folder_and_resumes(
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     assert "val/em" in rows[0] and "critic/score/mean" in rows[1] and "timing_s/gen" in rows[1]
+    # the signal: the probe (the world's 4 dev questions) before the first step and after the
+    # last, the budget after every step
+    assert rows[1]["signal/sampled_total"] >= 2 and "signal/moved" in rows[1]
+    if preset == "tiny_cpu_grpo":  # the recipe probes; the PPO preset does not
+        assert "probe/pass@1" in rows[0] and "probe/pass@k" in rows[1]
+        assert (tmp_path / "trajectories" / "probe_step_0.jsonl").is_file()
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["steps"] == 1
     assert (tmp_path / "checkpoints" / "step_000001").is_dir()
     assert (tmp_path / "model" / "config.json").is_file()

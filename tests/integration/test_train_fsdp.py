@@ -35,7 +35,11 @@ def test_fsdp_ranks_agree_and_resume_from_a_sharded_checkpoint(tmp_path: Path) -
     for key in r0["after_one"]:
         assert torch.equal(r0["after_one"][key], r1["after_one"][key]), key
     assert any(not torch.equal(r0["initial"][k], r0["after_one"][k]) for k in r0["initial"])
-    # the CTranslate2 spec built from the sharded module holds the whole, updated weights
+    # the engine's fingerprint of the sharded weights: the same on every rank (so every rank
+    # takes the same decision to sync, a collective gather), unchanged until a step writes
+    assert r0["versions"] == r1["versions"]
+    assert r0["versions"][0] == r0["versions"][1] != r0["versions"][2]
+    # the weights a sync reads from the sharded module are the whole, updated weights
     embeddings = r0["after_one"]["model.embed_tokens.weight"]
     assert torch.equal(r0["synced_embeddings"], embeddings)
     assert torch.equal(r1["synced_embeddings"], embeddings)

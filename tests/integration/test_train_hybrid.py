@@ -109,7 +109,7 @@ def test_searchrl_train_with_the_oracle_judge(tiny_model_dir: Path, tmp_path: Pa
         "data.world.num_entities=60", "data.world.train_questions=20",
         "data.world.dev_questions=4", "data.world.test_questions=4", "rollout.max_turns=1",
         "rollout.max_response_tokens=8", "policy.autocast=fp32", "logging.progress=false",
-        "reward.kind=hybrid", "reward.judge=oracle",
+        "reward.kind=hybrid", "reward.judge=oracle", "screen.samples=0",
     ]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)

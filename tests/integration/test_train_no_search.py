@@ -51,6 +51,7 @@ def test_train_without_search_engine(tmp_path: Path, request: pytest.FixtureRequ
         "rollout.max_response_tokens=8",
         "policy.autocast=fp32",
         "logging.progress=false",
+        "screen.samples=0",
     ]
     args = ["train", "--config", "tiny_cpu_grpo", "--out", str(out), *overrides]
     result = CliRunner().invoke(app, args)

@@ -103,12 +103,12 @@ def test_interface_trains_on_the_merge_parquet_with_a_dense_index(
         seen.append(tokenizer)
         return SearchingBackend(tokenizer)
 
-    monkeypatch.setattr("searchrl.train.run.make_backend", scripted)
+    monkeypatch.setattr("searchrl.train.environment.make_backend", scripted)
     run = tmp_path / "RUN"
     interface = [
         "train", "--config", "tiny_cpu_grpo", "--out", str(run), f"data.train_files={train}",
         f"data.index_dir={index}", "steps=1", "batch_size=2", "n_samples=2", "mini_batch_size=2",
-        "data.eval_size=0", "algo.dynamic_sampling=false",
+        "data.eval_size=0", "algo.dynamic_sampling=false", "screen.samples=0",
     ]  # fmt: skip
     small = [f"model.name_or_path={tiny_model_dir}", "rollout.max_response_tokens=48",
              "logging.progress=false", "logging.tensorboard=false"]  # fmt: skip

@@ -53,6 +53,8 @@ def test_search_r2_preset_runs_one_step(tiny_model_dir: Path, tmp_path: Path) ->
         "rollout.max_response_tokens=12",
         "policy.autocast=fp32",
         "algo.dynamic_sampling=false",
+        "screen.samples=0",
+        "signal.probe_every=0",
         "refiner.margin=-100.0",
         "logging.progress=false",
         "logging.tensorboard=false",

@@ -11,9 +11,9 @@ import torch
 from tests.unit.train.fakes import questions, scripted_rollout, tiny_config, tiny_llama
 
 from searchrl.models.vllm_weights import engine_state
+from searchrl.models.weights import weights_version, whole_tensor
 from searchrl.reward.outcome import em_reward
 from searchrl.train import checkpoint as ckpt
-from searchrl.train.fsdp import full_tensor
 from searchrl.train.loop import Trainer
 from searchrl.train.models import frozen_reference, prepare_policy
 from searchrl.train.ports import Distributed
@@ -21,7 +21,7 @@ from searchrl.train.run import seed_everything, setup_distributed
 
 
 def whole(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: full_tensor(v).detach().clone() for k, v in trainer.policy.state_dict().items()}
+    return {k: whole_tensor(v).detach().clone() for k, v in trainer.policy.state_dict().items()}
 
 
 def make(dist: Distributed, seen: list[str]) -> Trainer:
@@ -44,7 +44,9 @@ def main(out: Path) -> None:
     trainer = make(dist, seen)
     local = next(iter(trainer.policy.parameters()))
     initial = whole(trainer)
+    versions = [weights_version(trainer.policy), weights_version(trainer.policy)]
     trainer.step()
+    versions.append(weights_version(trainer.policy))
     first_prompts = list(seen)
     after_one = whole(trainer)
     # the generation engine's sync gathers the shards (every rank calls it, as in a rollout)
@@ -63,6 +65,7 @@ def main(out: Path) -> None:
             "sharded": type(local).__name__ == "DTensor"
             and local.to_local().numel() < local.numel(),
             "seen": first_prompts,
+            "versions": versions,
             "initial": initial,
             "synced_embeddings": synced,
             "after_one": after_one,

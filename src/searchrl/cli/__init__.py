@@ -5,6 +5,8 @@ once by `utils.threads`."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated
 
 import typer
@@ -12,6 +14,8 @@ import typer
 from searchrl import __version__
 from searchrl.cli import config, data, demo, eval, report, retrieval, rollout, train
 from searchrl.cli.boundary import DEBUG_ENV, SearchRLGroup
+from searchrl.utils.memory import release_freed_memory
+from searchrl.utils.quiet import quiet_libraries
 from searchrl.utils.threads import apply_threads
 
 app = typer.Typer(
@@ -53,6 +57,10 @@ for module in (retrieval, data, rollout, train, demo, eval, report, config):
 
 
 def main() -> None:
-    """Console-script entry point: choose torch's thread count, then run the command."""
+    """Console-script entry point: quiet the libraries (`utils.quiet`; `--debug` or
+    SEARCHRL_VERBOSE=1 keeps them talking), let freed tensors go back to the system
+    (`utils.memory`), choose torch's thread count, run the command."""
+    quiet_libraries(verbose="--debug" in sys.argv or bool(os.environ.get(DEBUG_ENV)))
+    release_freed_memory()
     apply_threads()
     app()

@@ -33,6 +33,13 @@ ConfigOption = Annotated[
     ),
 ]  # fmt: skip
 OutOption = Annotated[Path, typer.Option("--out", help="Run folder (metrics, checkpoints, model).")]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Print each rank's GPU memory plan for the GPUs `plan.*` names and "
+        "exit (1 when it cannot fit): reads the model's config.json only, no weights, no data.",
+    ),
+]  # fmt: skip
 
 
 DATA_DOCS = "docs/data.md#the-papers-data"
@@ -75,7 +82,10 @@ def _flags(seed: int | None, model: str | None, index: Path | None, url: str | N
 
 def train(
     config: ConfigOption,
-    out: OutOption,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Run folder (metrics, checkpoints, model).")
+    ] = None,
+    dry_run: DryRunOption = False,
     resume: ResumeOption = False,
     force: Annotated[
         bool, typer.Option("--force", help="Start a fresh run in a non-empty --out folder.")
@@ -90,6 +100,16 @@ def train(
     """RL training (Search-R1 PPO or GRPO) with retrieved-token masking."""
     flags = _flags(seed, model, index, url)
     run = settings(TrainConfig, config, joined(sets, overrides), flags)
+    if dry_run:
+        from searchrl.train.memory_plan import PlanDoesNotFit, dry_run_plan
+
+        plan = dry_run_plan(run)
+        typer.echo(plan.table())
+        if not plan.fits:
+            raise PlanDoesNotFit(plan.verdict())
+        return
+    if out is None:
+        raise typer.BadParameter("--out DIR is required (the run folder), unless --dry-run")
     check_sources(run.data, run.policy)
     check_output(out, force=force or resume, kind="directory")
     from searchrl.train.checkpoint import latest_checkpoint

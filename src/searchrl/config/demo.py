@@ -11,32 +11,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from searchrl.config.data import WorldConfig
-from searchrl.config.model import ModelConfig
-from searchrl.config.rollout import RolloutConfig
+from searchrl.config.loading import load_config
+from searchrl.config.presets import resolve_config
 from searchrl.config.sft import SFTConfig
-from searchrl.config.train import (
-    AlgoConfig,
-    DataConfig,
-    LoggingConfig,
-    OptimConfig,
-    RewardConfig,
-    TrainConfig,
-)
+from searchrl.config.train import TrainConfig
 
 RECIPE = "tiny_cpu_grpo"
 """The preset the demo's RL stage follows."""
 
-DEMO_STEPS = 8
-DEMO_LR = 1e-5
-
-DEMO_DIFFERENCES: dict[str, tuple[object, str]] = {
-    "steps": (24, "the time budget: the demo has minutes, the recipe's evidence an hour a seed"),
-    "optim.lr": (5e-6, "fewer steps, each larger, so the few steps move the policy"),
-    "optim.warmup_ratio": (0.1, "no warm-up in a run this short"),
-    "save_every": (6, "one checkpoint, at the end"),
-    "model.name_or_path": ("embedded-warm", "RL starts from the demo's own SFT on its world"),
-}
-"""Dotted key → (the recipe's value, why the demo differs)."""
+DEMO_DIFFERENCES: dict[str, tuple[object, object, str]] = {
+    "steps": (30, 8, "the time budget: the demo has minutes, the recipe's evidence an hour a seed"),
+    "save_every": (10, 8, "one checkpoint, at the end"),
+    "screen.max_questions": (0, 64, "screening every pool question takes the recipe ~40 "
+                             "minutes on one core; 64 of them leave enough for 8 steps"),
+    "signal.probe_every": (10, 4, "a probe before, in the middle and at the end of 8 steps"),
+    "signal.probe_questions": (32, 16, "16 questions sampled 4 times: about a minute a probe"),
+    "model.name_or_path": ("embedded-warm", "embedded",
+                           "RL starts from the demo's own SFT on its world"),
+}  # fmt: skip
+"""Dotted key → (the recipe's value, the demo's, why the demo differs)."""
 
 
 def _demo_sft() -> SFTConfig:
@@ -53,40 +46,11 @@ def _demo_sft() -> SFTConfig:
 
 
 def _demo_rl() -> TrainConfig:
-    """The recipe (`tiny_cpu_grpo`) with `DEMO_DIFFERENCES`; held-out EM on 100 test questions
-    before and after. The RL questions leave out the warm start's references (the demo points
-    `data.exclude_trained_by` at its SFT folder)."""
-    return TrainConfig(
-        steps=DEMO_STEPS,
-        batch_size=2,
-        n_samples=8,
-        mini_batch_size=2,
-        micro_batch_size=8,
-        micro_batch_tokens=4096,
-        save_every=DEMO_STEPS,
-        keep_checkpoints=1,
-        model=ModelConfig(dtype="float32"),
-        data=DataConfig(eval_size=100),
-        algo=AlgoConfig(
-            advantage="grpo",
-            scale_by_std=False,
-            kl_coef=0.0,
-            loss_agg="seq-mean-token-sum-norm",
-            dynamic_sampling=True,
-            max_sampling_rounds=1,
-            behaviour_correction="off",
-        ),
-        optim=OptimConfig(lr=DEMO_LR, warmup_ratio=0.0, grad_clip=1.0),
-        reward=RewardConfig(no_answer_score=0.0),
-        rollout=RolloutConfig(
-            max_turns=5,
-            force_answer=True,
-            max_response_tokens=120,
-            max_obs_tokens=300,
-            max_total_tokens=2048,
-        ),
-        logging=LoggingConfig(progress=True),
-    )
+    """The recipe (`tiny_cpu_grpo`) with `DEMO_DIFFERENCES`; held-out EM on
+    100 test questions before and after. The RL questions leave out the warm start's
+    references (the demo points `data.exclude_trained_by` at its SFT folder)."""
+    changes = [f"{key}={demo}" for key, (_, demo, _) in DEMO_DIFFERENCES.items()]
+    return load_config(TrainConfig, resolve_config(RECIPE), changes)
 
 
 @dataclass(frozen=True)

@@ -74,17 +74,26 @@ class ModelConfig:
     only prefills the inserted observation, not the whole context again."""
 
     vllm_gpu_memory_utilization: GpuShare = 0.5
-    """Fraction of GPU memory vLLM may reserve (the trainer needs the rest)."""
+    """Share of one GPU's memory the vLLM engine reserves at its start (its weights, its
+    activations, and the KV cache in what is left). It must be free then: the engine starts
+    before the trainer's models load, and sleeps while they update (`vllm_sleep_mode`);
+    `searchrl train --dry-run` shows what is left for the trainer."""
 
     vllm_kv_cache_gib: PositiveFloat = 2.0
     """vLLM on a CPU: RAM for its KV cache (a token of SmolLM2-135M takes 23 KB in bf16, so
     2 GiB hold ~93k tokens: 64 rows of 1,450). Fewer blocks than the rows need make vLLM
     pause and recompute rows, not fail. On a GPU `vllm_gpu_memory_utilization` sizes it."""
 
-    vllm_enforce_eager: bool = True
-    """vLLM: run the model eagerly. False compiles it (inductor on CPU, CUDA graphs on GPU):
-    faster decoding, but the first start of a model shape compiles for minutes on a CPU
-    (cached under ~/.cache/vllm afterwards)."""
+    vllm_enforce_eager: bool | None = None
+    """vLLM: run the model eagerly (true) or compiled (false: inductor on CPU, CUDA graphs on
+    GPU, faster decoding). Unset (null) = eager on a CPU, where the first start of a model
+    shape compiles for minutes (cached under ~/.cache/vllm afterwards), compiled on a GPU."""
+
+    vllm_sleep_mode: Literal["auto", "on", "off"] = "auto"
+    """vLLM on a GPU: hand the engine's weights and KV cache back while the trainer updates
+    (vLLM's sleep mode, level 2), and reload them at the next weight sync. `auto` = on where
+    the installed vLLM offers it (not its CPU build) and the engine is not overlapped with
+    training (`overlap.enabled`)."""
 
     vllm_block_size: NonNegativeInt = 0
     """vLLM KV block size in tokens; 0 = 32 on a CPU (vLLM's own CPU default is 128), vLLM's
@@ -92,10 +101,12 @@ class ModelConfig:
     re-prefill less of each turn (32 is the smallest the CPU backend runs at full speed)."""
 
     vllm_process: Literal["auto", "same", "separate"] = "auto"
-    """Where a vLLM engine runs: `same` (this process: starts in ~10 s instead of ~45 s, no
-    spawned imports), `separate` (vLLM's own scheduler and worker processes), `auto` = same
-    on a CPU unless this process is one rank of several or the engine generates while it
-    trains (overlap), separate on GPUs (`models.vllm_engine`)."""
+    """Where a vLLM engine runs: `same` (this process: starts in ~10 s instead of ~45 s on a
+    CPU, and on a GPU takes the trainer's weights with no copy through host memory, as TRL's
+    and veRL's colocated engines do; one engine per rank on the rank's GPU), `separate`
+    (vLLM's own scheduler and worker processes, synced through /dev/shm), `auto` = same
+    unless the engine generates while this process trains (overlap), another engine runs
+    here, or, on a CPU, this process is one rank of several (`models.vllm_engine`)."""
 
     vllm_threads_bind: CoreList = "all"
     """vLLM on a CPU, in its own processes: cores its worker's OpenMP threads are bound to
@@ -107,7 +118,7 @@ class ModelConfig:
     overlapped training the trainer shares those cores with the engine."""
 
     vllm_seed: int = 0
-    """vLLM's one random stream is seeded with this plus the run's seed (`seed` of train, sft,
-    eval, `rollout --seed`) when the engine starts: per-request seeds crash its CPU build under
-    chunked prefill (see `models.vllm_backend`), so the run's seed reaches the samples only
-    through the engine's stream."""
+    """vLLM's random stream is seeded with this plus the run's seed (`seed` of train, sft,
+    eval, `rollout --seed`) when the engine starts. On a GPU every row also has its own seed;
+    per-request seeds crash the CPU build under chunked prefill (see `models.vllm_backend`),
+    so there the run's seed reaches the samples only through the engine's stream."""

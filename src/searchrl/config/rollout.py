@@ -69,6 +69,14 @@ class RolloutConfig:
     others stopped. 0: a turn is one call. `searchrl eval` uses 64 (questions stream through
     it); training keeps 0."""
 
+    streaming: bool = True
+    """Continuous batching across turns where the engine offers it (vLLM): each trajectory's
+    next turn starts as soon as its own last turn and search are done, instead of every turn
+    waiting for the slowest trajectory of the batch; the queries of trajectories that finish
+    in the same engine step go to the retriever in one call. Off: every turn of the batch is
+    one engine call and one retriever call (the paper's loop). The HF engine always runs
+    turn by turn."""
+
     search: bool = True
     """Give the policy the search engine. False is the R1 baseline (RL without search): the
     prompt carries no search instructions (`r1_prompt`), `</search>` does not stop a turn, no

@@ -25,9 +25,11 @@ from searchrl.config.data import GroundingConfig, WorldConfig
 from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.overlap import OverlapConfig
+from searchrl.config.plan import PlanConfig
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.retrieval import RemoteConfig
 from searchrl.config.rollout import RolloutConfig
+from searchrl.config.signal import ScreenConfig, SignalConfig
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,15 @@ class PolicyConfig:
     train_layers: NonNegativeInt = 0
     """0 trains every weight; N > 0 trains only the top N transformer layers and the final
     norm (embeddings, tied LM head and lower layers frozen). The backward pass then stops
-    at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers."""
+    at layer N from the top: ~1.8x faster steps on CPU with half of SmolLM2's 30 layers.
+    With `lora_rank`, the adapters sit on the top N layers only."""
     lora_rank: NonNegativeInt = 0
-    """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on attention/MLP."""
+    """0 trains all weights; > 0 trains LoRA adapters of this rank (peft) on every linear
+    layer of attention and MLP (of the top `train_layers` layers when that is set). RL with
+    LoRA matches full fine-tuning down to small ranks at ~10x full fine-tuning's learning
+    rate (Schulman et al., "LoRA Without Regret", 2025). The generation engine receives the
+    merged weights (`model.generation_dtype=float32` keeps a small adapter step from being
+    rounded away in a bf16 engine)."""
     lora_alpha: PositiveInt = 16
     """LoRA scaling numerator (scale = alpha / rank)."""
     torch_threads: NonNegativeInt = 0
@@ -332,8 +340,10 @@ class TrainConfig:
     mini_batch_size: PositiveInt = 256
     """Prompts per policy update (batch_size / mini_batch_size updates per epoch)."""
     micro_batch_size: PositiveInt = 8
-    """Sequences per forward/backward (gradient accumulation fills the mini-batch). The
-    sequences of a micro-batch are packed into one row (no padding)."""
+    """Sequences per forward/backward in each process (gradient accumulation fills the
+    mini-batch): unlike the batch sizes, not divided among the processes. veRL's (and the
+    paper's) `ppo_micro_batch_size=64` counts all GPUs: 8 a GPU on 8 GPUs. The sequences of
+    a micro-batch are packed into one row (no padding)."""
     micro_batch_tokens: NonNegativeInt = 0
     """> 0: a forward also holds at most this many tokens (a longer sequence goes alone), so
     many short trajectories share a forward while a few long ones cannot exhaust memory."""
@@ -356,6 +366,9 @@ class TrainConfig:
     refiner: RefinerConfig = field(default_factory=RefinerConfig)
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    screen: ScreenConfig = field(default_factory=ScreenConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
 
     def validate(self) -> None:
         """Meta rows carry their trajectory's sequence-level advantage; a critic has no value

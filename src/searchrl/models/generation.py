@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -55,6 +55,30 @@ class GenerationBackend(Protocol):
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
     ) -> list[Generation]:
         """One `Generation` per prompt, in order; `params[i]` applies to `prompts[i]`."""
+        ...
+
+
+@runtime_checkable
+class WeightSyncable(Protocol):
+    """A backend that generates from its own copy of a trainer's weights (vLLM, the HF
+    backend's converted copy): the trainer pushes new weights with `sync_weights` after each
+    update, and may ask it to hand its memory back until then (`release`)."""
+
+    synced_version: int | None
+    """`models.weights.weights_version` of the weights it holds (None: unknown)."""
+
+    @property
+    def owns_weights(self) -> bool:
+        """Whether it generates from a copy, so the trainer's module may change meanwhile."""
+        ...
+
+    def sync_weights(self, source: Any, version: int | None = None) -> bool:
+        """Load `source`'s weights (a module, or anything with `state_dict()` and a
+        transformers `config`) unless it holds `version` already; returns whether it loaded."""
+        ...
+
+    def release(self) -> None:
+        """Hand its memory back until the next `sync_weights` (or do nothing)."""
         ...
 
 

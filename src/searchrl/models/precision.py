@@ -24,6 +24,9 @@ from pathlib import Path
 
 import torch
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The dtypes a config may name, by name (the weights', the engine's, the generation copy's)."""
+
 _FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 

@@ -15,22 +15,23 @@ How the rollout contract is kept:
 - log-probs: vLLM's `processed_logprobs` mode reports the sampled token's log-prob under the
   distribution it was drawn from (after temperature and top-p), the model's own for greedy
   rows: what the trainer's truncated importance correction needs as μ.
-Departure: one seeded random stream for the whole engine (seeded when it starts). vLLM's
-per-request seeds crashed the CPU engine once chunked prefill split a prompt, so a sampled
-row's tokens depend on the requests around it and on the engine's history; greedy rows never
-do. Rows with the same seed repeat only when the same calls are made after a restart.
+- seeds: on a GPU each row is sampled from its own seed (`SamplingParams.seed`), so a row's
+  tokens do not depend on the rows around it. Departure on a CPU: one seeded random stream
+  for the whole engine (seeded when it starts): vLLM's per-request seeds crashed the CPU
+  engine once chunked prefill split a prompt, so there a sampled row's tokens depend on the
+  requests around it and on the engine's history; greedy rows never do;
+- memory: on a GPU the engine sleeps while the trainer updates (`release`: its weights and
+  KV cache are discarded) and wakes at the next sync, which reloads the weights.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import os
+import math
 import shutil
-import signal
-import sys
-import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,53 +40,52 @@ import torch
 
 from searchrl.config.model import ModelConfig
 from searchrl.models.generation import Generation, SamplingParams, StopReason
+from searchrl.models.precision import DTYPES
 from searchrl.models.scratch import scratch_dir
+from searchrl.models.vllm_compat import (
+    SLEEP_LEVEL,
+    WAKE_FOR_GENERATION,
+    WAKE_FOR_WEIGHTS,
+    InProcessState,
+    import_vllm,
+    on_cpu,
+    reload_weights,
+    shut_down,
+)
 from searchrl.models.vllm_engine import (
     LIVE_HERE,
-    EngineStream,
+    Placement,
     engine_dtype,
     engine_kwargs,
-    import_vllm,
-    in_process_start,
+    exit_on_sigterm,
     model_folder,
-    on_cpu,
-    runs_in_process,
-    shut_down,
+    placement,
+    start_apart,
+    start_here,
     vllm_available,
 )
-from searchrl.models.vllm_weights import (
-    SharedWeights,
-    engine_state,
-    ties_head,
-    untied_config,
-    weights_version,
-)
-from searchrl.utils.reaper import Reaper, descendants
-from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
+from searchrl.models.vllm_stream import enqueue, step_until_finished, vllm_params
+from searchrl.models.vllm_weights import SharedWeights, engine_state, ties_head, untied_config
+from searchrl.models.weights import weights_version
+from searchrl.utils.reaper import Reaper
 
 __all__ = ["VLLMBackend", "engine_dtype", "exit_on_sigterm", "vllm_available"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-
-def _raise_exit(signum: int, _frame: object) -> None:
-    sys.exit(128 + signum)
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM (`kill`, `timeout`, a job scheduler) exit through Python's normal shutdown.
-    By default it ends the interpreter without running atexit hooks, and vLLM's engine
-    processes outlive the command: an orphaned CPU engine held 4 GB and a quarter of a core for
-    49 minutes here after its training run was killed. Only where no handler was installed,
-    and only from the main thread (the only one that may install one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_exit)
+def _close_at_exit(ref: weakref.ref[VLLMBackend]) -> None:
+    backend = ref()
+    if backend is not None:
+        backend.close()
 
 
 class VLLMBackend:
-    """`GenerationBackend` over a `vllm.LLM` engine."""
+    """`GenerationBackend` and `WeightSyncable` over a `vllm.LLM` engine."""
+
+    owns_weights = True
+    """The engine holds its own copy of the weights (`models.generation.WeightSyncable`)."""
+
+    streams = True
+    """Offers `submit`/`collect`: rows enter and leave the running engine one by one."""
 
     def __init__(
         self,
@@ -93,37 +93,51 @@ class VLLMBackend:
         tokenizer: Any,
         dtype: torch.dtype = torch.bfloat16,
         max_model_len: int | None = None,
-        stream: EngineStream | None = None,
+        here: InProcessState | None = None,
+        where: Placement | None = None,
     ):
         self.llm = llm
         self.tokenizer = tokenizer
         self.dtype = dtype
         self.max_model_len = max_model_len
         """The engine's context in tokens (prompt and output), where known."""
-        self.in_process = stream is not None
-        """Whether the engine runs in this process (`models.vllm_engine`)."""
-        self._stream = stream
+        self._here = here
+        self.where = where or Placement(True, here is not None, False, 0, False)
+        """Where the engine runs and whether it sleeps (`models.vllm_engine.Placement`)."""
         self.start_s = 0.0
         """Seconds the engine took to start (imports of its processes, weights, KV cache)."""
         self.last_sync_s = 0.0
         """Seconds the last weight sync took (0 when the weights had not changed)."""
-        self.synced_version: tuple[int, ...] | None = None
-        """`weights_version` of the weights the engine holds (None: not synced from a module)."""
+        self.synced_version: int | None = None
+        """`weights_version` of the weights the engine holds (None: none synced, or discarded
+        by sleep)."""
+        self.asleep = False
+        """Its weights and KV cache handed back (`release`) until the next sync."""
         self.prompt_tokens = 0
         self.cached_tokens = 0
         """Prompt tokens sent, and those of them served from the prefix cache (running sums:
         the share shows how much of each multi-turn context was not prefilled again)."""
         self._scratch: list[Path] = []
+        self._empty: list[str] = []
+        self._submitted = 0
+        """Submitted rows with no room to generate, answered at the next `collect`."""
         self._shared: SharedWeights | None = None
         self._closed = False
         self._reaper: Reaper | None = None
         self.head_untied = False
-        """Whether the engine's LM head is its own weight (`from_module`), which a sync can
+        """Whether the engine's LM head is its own weight (`from_config`), which a sync can
         reach; a tied head keeps what it was loaded with (`models.vllm_weights`)."""
         # Registered after multiprocessing's own exit hook, so it runs first: a command that
         # never calls `close` would otherwise hang at exit joining the engine's processes.
-        atexit.register(self.close)
+        # Through a weak reference: a hook holding the backend kept every engine alive, and
+        # `del backend` freed no memory.
+        atexit.register(_close_at_exit, weakref.ref(self))
         exit_on_sigterm()  # and a killed command runs it too
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the engine runs in this process (`models.vllm_engine`)."""
+        return self._here is not None
 
     @classmethod
     def create(
@@ -146,30 +160,58 @@ class VLLMBackend:
         removed at `close`, or by the reaper when the command is killed, from the moment the
         engine starts."""
         import_vllm()
-        cpu = on_cpu()
-        here = runs_in_process(config, cpu=cpu, overlapped=overlapped)
+        where = placement(config, cpu=on_cpu(), overlapped=overlapped)
         kwargs = engine_kwargs(
             config, model=model, tokenizer_dir=tokenizer_dir, dtype=dtype,
-            max_model_len=max_model_len, cpu=cpu, dummy=dummy,
+            max_model_len=max_model_len, where=where, dummy=dummy,
         )  # fmt: skip
         started = time.perf_counter()
-        stream: EngineStream | None = None
+        here: InProcessState | None = None
         reaper: Reaper | None = None
         try:
-            if here:
-                llm, stream = _start_here(kwargs)
+            if where.in_process:
+                llm, here = start_here(kwargs)
             else:
-                llm, reaper = _start_apart(kwargs, config, cpu, scratch)
+                llm, reaper = start_apart(kwargs, config, where.cpu, scratch)
         except BaseException:  # an engine that failed to start leaves no folder behind
             for folder in scratch:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
-        backend = cls(llm, tokenizer, _DTYPES.get(dtype, torch.bfloat16), max_model_len, stream)
-        if here:
+        backend = cls(llm, tokenizer, DTYPES.get(dtype, torch.bfloat16), max_model_len, here, where)
+        if here is not None:
             LIVE_HERE.add(id(backend))
         backend._reaper = reaper
         backend._scratch.extend(scratch)
         backend.start_s = time.perf_counter() - started
+        return backend
+
+    @classmethod
+    def from_config(
+        cls,
+        hf_config: Any,
+        tokenizer: Any,
+        config: ModelConfig,
+        *,
+        dtype: str,
+        max_model_len: int,
+        generation: Any = None,
+        overlapped: bool = False,
+    ) -> VLLMBackend:
+        """Start an engine from a transformers config alone (placeholder weights, its LM head
+        untied so that a sync reaches it, `generation`: the model's generation config): the
+        weights come later from the trainer (`sync_weights`). Started before the trainer's
+        models load, it finds the GPU share it reserves free (`train.run`)."""
+        folder = model_folder(untied_config(hf_config), tokenizer, generation)
+        import_vllm()
+        where = placement(config, cpu=on_cpu(), overlapped=overlapped)
+        shared = [] if where.in_process else [scratch_dir("searchrl-vllm-")]  # weights' buffer
+        backend = cls.create(
+            str(folder), tokenizer, config, tokenizer_dir=str(folder), dtype=dtype,
+            max_model_len=max_model_len, dummy=True, overlapped=overlapped, scratch=shared,
+        )  # fmt: skip
+        backend.head_untied = True
+        if shared:
+            backend._shared = SharedWeights(shared[0])
         return backend
 
     @classmethod
@@ -183,68 +225,75 @@ class VLLMBackend:
         max_model_len: int,
         overlapped: bool = False,
     ) -> VLLMBackend:
-        """Start an engine on the weights of a transformers module (the trainer's policy, or a
-        model loaded from a GGUF file): started from the module's config alone, its LM head
-        untied so that a sync reaches it, then synced from memory (`models.vllm_weights`)."""
-        folder = model_folder(untied_config(module.config), tokenizer)
-        import_vllm()
-        here = runs_in_process(config, cpu=on_cpu(), overlapped=overlapped)
-        shared = [] if here else [scratch_dir("searchrl-vllm-")]  # the weights' RAM buffer
-        backend = cls.create(
-            str(folder), tokenizer, config, tokenizer_dir=str(folder), dtype=dtype,
-            max_model_len=max_model_len, dummy=True, overlapped=overlapped, scratch=shared,
+        """Start an engine on the weights of a transformers module (a model loaded from a GGUF
+        file, a policy): `from_config`, then synced from memory (`models.vllm_weights`)."""
+        backend = cls.from_config(
+            module.config, tokenizer, config, dtype=dtype, max_model_len=max_model_len,
+            generation=getattr(module, "generation_config", None), overlapped=overlapped,
         )  # fmt: skip
         try:
-            backend.head_untied = True
-            if shared:
-                backend._shared = SharedWeights(shared[0])
             backend.sync_weights(module)
         except BaseException:
             backend.close()
             raise
         return backend
 
-    def sync_weights(self, source: Any, version: Any = None) -> bool:
+    def sync_weights(self, source: Any, version: int | None = None) -> bool:
         """Load `source`'s current weights (a module, or anything with `state_dict()` and a
         transformers `config`) into the running engine, unless it holds them already
-        (`version`, default `weights_version(source)`), then drop vLLM's prefix cache: its KV
-        blocks were computed with the old weights. Timed in `last_sync_s`; returns whether it
-        loaded. Refused for an engine whose head is tied to the embedding of a `source` that
-        ties them too: the reload would leave that head as it was (`models.vllm_weights`)."""
-        version = weights_version(source) if version is None else version
+        (`version`, default `weights_version(source)` for a module), then drop vLLM's prefix
+        cache: its KV blocks were computed with the old weights. A sleeping engine wakes
+        first. Timed in `last_sync_s`; returns whether it loaded. Refused for an engine whose
+        head is tied to the embedding of a `source` that ties them too: the reload would
+        leave that head as it was (`models.vllm_weights`)."""
+        if version is None and isinstance(source, torch.nn.Module):
+            version = weights_version(source)
         if version is not None and version == self.synced_version:
             self.last_sync_s = 0.0
             return False
         if ties_head(source) and not self.head_untied:
             raise ValueError(
                 "this vLLM engine ties its LM head, which a weight sync cannot reach: start it "
-                "with VLLMBackend.from_module"
+                "with VLLMBackend.from_config or from_module"
             )
         started = time.perf_counter()
-        state = engine_state(source, self.dtype)
+        if self.asleep:
+            self.llm.wake_up(tags=WAKE_FOR_WEIGHTS)
         if self._shared is not None:
-            layout = self._shared.write(state)
+            layout = self._shared.write(source, self.dtype)
             path = str(self._shared.path)
             self.llm.collective_rpc("searchrl_load_shared", kwargs={"path": path, "layout": layout})
         else:
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": state, "is_checkpoint_format": True}
-            )
+            reload_weights(self.llm, engine_state(source, self.dtype))
+        if self.asleep:
+            self.llm.wake_up(tags=WAKE_FOR_GENERATION)
+            self.asleep = False
         self.llm.reset_prefix_cache()
         self.synced_version = version
         self.last_sync_s = time.perf_counter() - started
         return True
+
+    def release(self) -> None:
+        """Hand the engine's GPU memory back until the next sync (vLLM's sleep mode: weights
+        and KV cache discarded), where this engine sleeps (`Placement.sleeps`); else nothing."""
+        if not self.where.sleeps or self.asleep or self._closed:
+            return
+        self.llm.sleep(level=SLEEP_LEVEL)
+        self.asleep = True
+        self.synced_version = None  # the weights are gone: the next sync must reload them
 
     def clear_cache(self) -> None:
         """Drop the KV blocks vLLM keeps for prefix reuse."""
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Stop the engine and remove its scratch files (once; also at exit)."""
+        """Stop the engine and remove its scratch files (once; also at exit): the last
+        reference to the `LLM` is dropped, which stops it (`models.vllm_compat.shut_down`)."""
         if self._closed:
             return
         self._closed = True
-        shut_down(self.llm, self.in_process)
+        self.llm = None
+        shut_down(self._here)
         LIVE_HERE.discard(id(self))
         for directory in self._scratch:
             shutil.rmtree(directory, ignore_errors=True)
@@ -255,11 +304,15 @@ class VLLMBackend:
     @contextlib.contextmanager
     def _engine_stream(self) -> Iterator[None]:
         """An engine in this process samples from its own stream (`EngineStream`)."""
-        if self._stream is None:
+        if self._here is None:
             yield
             return
-        with self._stream.active():
+        with self._here.stream.active():
             yield
+
+    def _awake(self) -> None:
+        if self.asleep:
+            raise RuntimeError("the vLLM engine sleeps: sync its weights before generating")
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
@@ -267,9 +320,8 @@ class VLLMBackend:
         """One vLLM call for the whole batch; vLLM schedules it (continuous batching)."""
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        self._awake()
         vllm = import_vllm()
-        from vllm.inputs import TokensPrompt
-
         results: list[Generation | None] = [None] * len(prompts)
         requests, request_params, index = [], [], []
         for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
@@ -277,19 +329,8 @@ class VLLMBackend:
                 results[i] = Generation([], [], "", "length")
                 continue
             index.append(i)
-            requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
-            request_params.append(
-                vllm.SamplingParams(
-                    n=1,
-                    temperature=p.temperature,
-                    top_p=p.top_p,
-                    max_tokens=p.max_new_tokens,
-                    stop=list(p.stop),
-                    include_stop_str_in_output=True,
-                    skip_special_tokens=False,
-                    logprobs=0,
-                )
-            )
+            requests.append(vllm.TokensPrompt(prompt_token_ids=list(prompt)))
+            request_params.append(vllm_params(vllm, p, seeded=not self.where.cpu))
         if requests:
             with self._engine_stream():
                 outputs = self.llm.generate(requests, request_params, use_tqdm=False)
@@ -299,6 +340,36 @@ class VLLMBackend:
                 self.cached_tokens += int(output.num_cached_tokens or 0)
         return [r for r in results if r is not None]
 
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """Add rows to the running engine without waiting for them (`models.vllm_stream`);
+        returns one key per row, which `collect` hands back with its `Generation`. A row
+        with no room to generate is answered at the next `collect`."""
+        self._awake()
+        vllm = import_vllm()
+        keys: list[str] = []
+        for prompt, p in zip(prompts, params, strict=True):
+            self._submitted += 1
+            keys.append(f"searchrl-{self._submitted}")
+            if p.max_new_tokens <= 0:
+                self._empty.append(keys[-1])
+            else:
+                enqueue(self.llm, vllm, keys[-1], prompt, p, seeded=not self.where.cpu)
+        return keys
+
+    def collect(self) -> list[tuple[str, Generation]]:
+        """Run the engine until some submitted rows finish: (key, generation) of each."""
+        if self._empty:
+            done, self._empty = self._empty, []
+            return [(key, Generation([], [], "", "length")) for key in done]
+        with self._engine_stream():
+            finished = step_until_finished(self.llm)
+        out = []
+        for output in finished:
+            self.prompt_tokens += len(output.prompt_token_ids or ())
+            self.cached_tokens += int(output.num_cached_tokens or 0)
+            out.append((output.request_id, self._convert(output.outputs[0])))
+        return out
+
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
     ) -> list[list[float]]:
@@ -306,13 +377,16 @@ class VLLMBackend:
         Meta-Refiner's reading; `vllm_scoring.candidate_logprobs`)."""
         from searchrl.models.vllm_scoring import candidate_logprobs
 
+        self._awake()
         with self._engine_stream():
             return candidate_logprobs(self.llm, prompts, candidates)
 
     def _convert(self, completion: Any) -> Generation:
+        """A vLLM completion as a `Generation`; a token whose log-prob vLLM did not report
+        gets NaN (unknown: the trainer's correction skips it), never 0.0 (probability 1)."""
         token_ids = list(completion.token_ids)
         logprobs = [
-            float(step[token].logprob) if step and token in step else 0.0
+            float(step[token].logprob) if step and token in step else math.nan
             for step, token in zip(completion.logprobs or [], token_ids, strict=False)
         ]
         reason: StopReason
@@ -325,38 +399,3 @@ class VLLMBackend:
             reason = "eos"
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
         return Generation(token_ids, logprobs, text, reason, stop_string)
-
-
-def _start_here(kwargs: dict[str, Any]) -> tuple[Any, EngineStream]:
-    """An engine in this process (`models.vllm_engine`), with its random stream."""
-    vllm = import_vllm()
-    with in_process_start(int(kwargs["seed"])) as stream:
-        llm = vllm.LLM(**kwargs)
-    return llm, stream
-
-
-def _start_apart(
-    kwargs: dict[str, Any], config: ModelConfig, cpu: bool, scratch: Sequence[Path] = ()
-) -> tuple[Any, Reaper]:
-    """An engine in its own processes. On CPUs their OpenMP threads are bound as
-    `vllm_threads_bind` says (vLLM reads it from the environment of its worker) and they run
-    one thread per bound core. A reaper watches them from before they exist: a SIGKILLed
-    command leaves no engine behind, even one killed while it starts."""
-    vllm = import_vllm()
-    before = descendants(os.getpid())
-    reaper = Reaper()
-    reaper.watch_new_descendants(os.getpid(), before)
-    for folder in scratch:
-        reaper.watch_folder(folder)
-    try:
-        if cpu:
-            bind = core_list(config.vllm_threads_bind)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
-            with engine_threads(bound_cores(bind, usable_cores())):
-                llm = vllm.LLM(**kwargs)
-        else:
-            llm = vllm.LLM(**kwargs)
-    finally:  # a failed start's leftovers stay watched until this command ends
-        reaper.watch_processes(descendants(os.getpid()) - before)
-        reaper.stop_looking()
-    return llm, reaper

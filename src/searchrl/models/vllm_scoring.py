@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from searchrl.models.vllm_compat import import_vllm, token_logprob_params
+
 Context = tuple[int, tuple[int, ...]]
 """A prompt's row and the candidate tokens already written after it."""
 
@@ -46,21 +48,9 @@ def _next_token_logprobs(
     """One engine call: for each context, the log-probs of its wanted next tokens."""
     if not keys:
         return {}
-    import vllm
-    from vllm.inputs import TokensPrompt
-
-    requests = [TokensPrompt(prompt_token_ids=[*prompts[row], *tail]) for row, tail in keys]
-    params = [
-        vllm.SamplingParams(
-            n=1,
-            temperature=1.0,
-            top_p=1.0,
-            max_tokens=1,
-            logprob_token_ids=sorted(wanted[key]),
-            detokenize=False,
-        )
-        for key in keys
-    ]
+    vllm = import_vllm()
+    requests = [vllm.TokensPrompt(prompt_token_ids=[*prompts[row], *tail]) for row, tail in keys]
+    params = [token_logprob_params(vllm, sorted(wanted[key])) for key in keys]
     outputs = llm.generate(requests, params, use_tqdm=False)
     return {
         key: {t: float(output.outputs[0].logprobs[0][t].logprob) for t in wanted[key]}

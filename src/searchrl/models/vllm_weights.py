@@ -3,32 +3,46 @@ reload (`reload_weights` with a weights iterator: it restores each layer's check
 loads, and re-runs the post-load processing, such as the CPU backend's repacking of linear
 weights for its GEMM kernels; writing into the model's parameters directly fails there).
 
-- An engine in this process (`models.vllm_engine`) is handed the tensors themselves: no copy
-  at all when the engine computes in the trainer's dtype, one cast otherwise.
-- An engine in its own processes reads them from one shared buffer in RAM (`SharedWeights`,
-  a file in /dev/shm mapped by both sides, allocated once per engine and rewritten in place
-  at each sync), through a method vLLM mixes into its worker (`SharedWeightsLoader`). vLLM's
-  own transfer engines (NCCL, CUDA IPC) need GPUs; its RPC serializes tensors as raw bytes
-  that arrive untyped.
+How the tensors travel (`engine_state` yields them one at a time, whole, in the engine's
+dtype, on the device they are on):
+- An engine in this process (`models.vllm_engine`: the default on CPUs and GPUs) is handed
+  the tensors themselves: no copy when the engine computes in the trainer's dtype, one cast
+  otherwise, on the trainer's device. On a GPU nothing passes through host memory: a sharded
+  (FSDP) weight is gathered on the GPU, cast and loaded before the next one is gathered, so
+  the peak is one whole weight.
+- An engine in its own processes (overlap) reads them from one shared buffer in RAM
+  (`SharedWeights`, a file in /dev/shm mapped by both sides, allocated once per engine and
+  rewritten in place at each sync), through a method vLLM mixes into its worker
+  (`SharedWeightsLoader`). /dev/shm must hold the engine's weights (Docker's default is
+  64 MB): a smaller one is refused with one line before anything is written.
 
 Until December 2026 every sync wrote a new safetensors file to /dev/shm and the worker
 reloaded the checkpoint from it (270 MB a step for the 135M model, 15 GB at 7B), before every
 rollout call, evaluations included, whether the weights had changed or not. A sync now
-happens only when they changed since the engine last saw them (`weights_version`).
+happens only when they changed since the engine last saw them (`models.weights`).
 
 The engine runs with its LM head untied (`untied_config`): vLLM's reload loads nothing into a
 tied `ParallelLMHead` and puts its old kernel back, so an engine whose head was tied kept
 sampling from the first head however far training moved the embedding.
+
+A LoRA policy is merged into a plain copy before it is synced (`train.models`); syncing only
+the adapters would be one more source beside `engine_state`.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from searchrl.models.vllm_compat import worker_reload
+from searchrl.models.weights import whole_tensor
+from searchrl.utils.errors import SearchRLError
 
 WEIGHTS_BUFFER = "weights.bin"
 ALIGN = 64
@@ -38,25 +52,6 @@ Layout = list[tuple[str, str, list[int], int]]
 """(name, dtype name, shape, byte offset) of each tensor in a shared buffer."""
 
 
-_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def weights_version(module: Any) -> tuple[int, ...] | None:
-    """A fingerprint of `module`'s weights: per parameter and buffer, the sum of its bits read
-    as integers. Any write changes it (however it was made: torch's in-place version counter
-    misses the fused AdamW kernel the trainer uses, which leaves it unchanged), and reading
-    the weights once costs a fraction of a sync. None for sharded (FSDP) weights: a shard
-    that did not change on one rank must not keep that rank out of the collective gather,
-    so they are always synced."""
-    sums = []
-    for tensor in [*module.parameters(), *module.buffers()]:
-        if hasattr(tensor, "_local_tensor"):
-            return None
-        flat = tensor.detach().reshape(-1)
-        sums.append(int(flat.view(_INTS[flat.element_size()]).sum(dtype=torch.int64)))
-    return tuple(sums)
-
-
 def untied_config(hf_config: Any) -> Any:
     """The engine's copy of a transformers config, its LM head untied (module docstring)."""
     config = copy.deepcopy(hf_config)
@@ -64,20 +59,16 @@ def untied_config(hf_config: Any) -> Any:
     return config
 
 
-def _whole(tensor: torch.Tensor) -> torch.Tensor:
-    """A sharded (FSDP DTensor) weight gathered whole (collective), or the tensor itself."""
-    gather = getattr(tensor, "full_tensor", None)
-    return gather() if callable(gather) else tensor
-
-
-def engine_state(source: Any, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
-    """`source`'s weights under their HF names, whole, on the CPU, in `dtype`, without a copy
-    where they already are; the LM head always among them (a tied one is in `state_dict`
-    under both names)."""
-    return [
-        (name, _whole(tensor.detach()).to("cpu", dtype))
-        for name, tensor in source.state_dict().items()
-    ]
+def engine_state(
+    source: Any, dtype: torch.dtype, device: str | torch.device | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`source`'s weights under their HF names, whole (`models.weights.whole_tensor`:
+    collective for sharded weights), in `dtype`, on `device` (None: where each one is, on the
+    mesh's device for a sharded one), one at a time and without a copy where nothing changes;
+    the LM head always among them (a tied one is in `state_dict` under both names)."""
+    for name, tensor in source.state_dict().items():
+        whole = whole_tensor(tensor.detach())
+        yield name, whole.to(device or whole.device, dtype)
 
 
 def ties_head(source: Any) -> bool:
@@ -87,32 +78,45 @@ def ties_head(source: Any) -> bool:
 
 class SharedWeights:
     """One buffer in RAM shared with an engine's worker process: the weights are copied into
-    it at each sync and the worker loads from views of it. Sized by the first state written;
-    the model's tensors never change shape."""
+    it at each sync and the worker loads from views of it. Sized by the first source written
+    (the shapes in its `state_dict`); the model's tensors never change shape."""
 
     def __init__(self, folder: Path) -> None:
         self.path = folder / WEIGHTS_BUFFER
         self.layout: Layout = []
         self._buffer: torch.Tensor | None = None
 
-    def write(self, state: list[tuple[str, torch.Tensor]]) -> Layout:
-        """Copy `state` into the buffer (creating it the first time); returns the layout."""
+    def write(self, source: Any, dtype: torch.dtype) -> Layout:
+        """Copy `source`'s weights (`engine_state`) into the buffer, creating it the first
+        time; returns the layout."""
+        shapes = [(name, list(t.shape)) for name, t in source.state_dict().items()]
         if self._buffer is None:
-            offset = 0
-            for name, tensor in state:
-                dtype = str(tensor.dtype).removeprefix("torch.")
-                self.layout.append((name, dtype, list(tensor.shape), offset))
-                offset += math.ceil(tensor.numel() * tensor.element_size() / ALIGN) * ALIGN
-            self._buffer = torch.from_file(
-                str(self.path), shared=True, size=max(offset, 1), dtype=torch.uint8
-            )
-        views = dict(_views(self._buffer, self.layout))
-        if [name for name, _ in state] != [name for name, *_ in self.layout]:
+            self._allocate(shapes, dtype)
+        if [name for name, _ in shapes] != [name for name, *_ in self.layout]:
             raise ValueError("the weights to sync are not those the engine was started with")
+        assert self._buffer is not None
+        views = dict(_views(self._buffer, self.layout))
         with torch.no_grad():
-            for name, tensor in state:
+            for name, tensor in engine_state(source, dtype):
                 views[name].copy_(tensor)
         return self.layout
+
+    def _allocate(self, shapes: Iterable[tuple[str, list[int]]], dtype: torch.dtype) -> None:
+        """Lay the tensors out and map the buffer, if the folder's file system can hold it."""
+        offset, size = 0, torch.empty((), dtype=dtype).element_size()
+        for name, shape in shapes:
+            self.layout.append((name, str(dtype).removeprefix("torch."), shape, offset))
+            offset += math.ceil(math.prod(shape) * size / ALIGN) * ALIGN
+        free = shutil.disk_usage(self.path.parent).free
+        if free < offset:
+            raise SearchRLError(
+                f"{self.path.parent}: {free / 2**20:.0f} MiB free, the engine's weights need "
+                f"{offset / 2**20:.0f} MiB of shared memory (Docker: --shm-size); or run the "
+                "engine in this process (model.vllm_process=same, no overlap)"
+            )
+        self._buffer = torch.from_file(
+            str(self.path), shared=True, size=max(offset, 1), dtype=torch.uint8
+        )
 
 
 def _views(buffer: torch.Tensor, layout: Layout) -> list[tuple[str, torch.Tensor]]:
@@ -136,6 +140,4 @@ class SharedWeightsLoader:
             size = Path(path).stat().st_size
             mapped = (path, torch.from_file(path, shared=True, size=size, dtype=torch.uint8))
             self._searchrl_buffer = mapped
-        self.reload_weights(  # type: ignore[attr-defined]
-            weights_iterator=_views(mapped[1], layout), is_checkpoint_format=True
-        )
+        worker_reload(self, _views(mapped[1], layout))

@@ -39,6 +39,7 @@ from torch import nn
 from searchrl.config.refiner import RefinerConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.models.generation import GenerationBackend
+from searchrl.models.weights import compute_device
 from searchrl.refiner.confidence import confidence_score, trim_tilt
 from searchrl.refiner.meta import Reading, logsumexp
 from searchrl.refiner.outcome import RefineOutcome
@@ -91,7 +92,7 @@ class MetaRefiner:
             return self.config.micro_batch_size
         if self.model is None:
             return 1
-        return 1 if next(self.model.parameters()).device.type == "cpu" else 4
+        return 1 if compute_device(self.model).type == "cpu" else 4
 
     @property
     def baseline_cuts(self) -> bool:
@@ -203,7 +204,7 @@ class MetaRefiner:
             )
         if rest:
             assert self.model is not None
-            device = next(self.model.parameters()).device
+            device = compute_device(self.model)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 read = candidate_logprobs(
                     self.model, [prompts[i] for i in rest], [cands[i] for i in rest],

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from searchrl.models.weights import compute_device
+
 
 def candidate_ids(tokenizer: object, steps: int) -> list[list[int]]:
     """Token ids of the answers 0..`steps`, each ended by the tokenizer's EOS when it has one."""
@@ -57,7 +59,7 @@ def _score_micro(
     candidates: Sequence[Sequence[Sequence[int]]],
     pad_id: int,
 ) -> list[list[float]]:
-    device = next(model.parameters()).device
+    device = compute_device(model)
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)

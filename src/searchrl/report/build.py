@@ -13,6 +13,7 @@ from searchrl.report.page import (
     evaluation_block,
     grid_section,
     render_page,
+    rl_gain_section,
     runs_section,
     viewer_section,
 )
@@ -21,9 +22,13 @@ from searchrl.report.page import (
 def build_report(roots: Sequence[Path], config: ReportConfig) -> str:
     """The HTML text of the report for `roots`."""
     runs, evals = discover(roots)
-    evaluations = "".join(evaluation_block(ev) for ev in evals) or "<p>No evaluations.</p>"
+    gain = rl_gain_section(runs, config.bootstrap_resamples)
+    evaluations = "".join(evaluation_block(ev) for ev in evals)
+    if not evaluations:  # the held-out evaluations of training runs are shown above
+        evaluations = "<p>No `searchrl eval` folders.</p>" if gain else "<p>No evaluations.</p>"
     sections = [
         runs_section(runs, training_panels(runs)),
+        gain,
         grid_section(evals),
         f'<section id="evaluations"><h2>Evaluations</h2>{evaluations}</section>',
         comparison_section(

@@ -24,8 +24,15 @@ PANELS = (
     ("actor/kl_loss", "KL to reference"),
     ("actor/entropy_loss", "entropy"),
     ("val/em", "held-out EM"),
+    ("probe/pass@1", "probe pass@1 (temperature 1)"),
+    ("probe/pass@k", "probe pass@k (temperature 1)"),
+    ("signal/trained_total", "informative groups trained"),
+    ("signal/moved", "distance moved ‖θ − θ₀‖"),
+    ("signal/probe_kl", "KL(π₀ ‖ π) on the probe"),
 )
-"""(metric key, title) of each training panel: Search-R1 Figure 2's quantities."""
+"""(metric key, title) of each training panel: Search-R1 Figure 2's quantities, then the
+learning signal (`train.signal`): what RL optimises at temperature 1, how many informative
+groups it was trained on, how far it moved."""
 
 SFT_PANEL = ("sft/loss", "SFT loss (warm start)")
 """Drawn too when a run folder is an SFT run."""

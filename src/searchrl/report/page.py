@@ -14,9 +14,11 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from searchrl.eval.compare import compare_pairs, paired_rows
+from searchrl.eval.stats import mean_ci, paired_test
 from searchrl.eval.summary import set_order
 from searchrl.report.collect import Evaluation, TrainingRun
 from searchrl.report.grid import HEADERS, grid_rows
@@ -100,6 +102,45 @@ def runs_section(runs: Sequence[TrainingRun], panels: Sequence[tuple[str, str, s
         f'<section id="training"><h2>Training curves</h2>{table}'
         f'<div class="charts">{figures}</div></section>'
     )
+
+
+def rl_gain_section(runs: Sequence[TrainingRun], resamples: int) -> str:
+    """Held-out EM before and after RL for every run that evaluated both (its
+    `eval_step_0.jsonl` and its last `eval_step_N.jsonl`): means with 95% intervals and the
+    paired gain on the same questions (what `searchrl demo` prints)."""
+    rows = []
+    for run in runs:
+        first = run.path / "trajectories" / "eval_step_0.jsonl"
+        last = run.last_eval_trajectories
+        if last is None or last == first or not first.is_file():
+            continue
+        before, after = _em_by_uid(first), _em_by_uid(last)
+        uids = sorted(before.keys() & after.keys())
+        if not uids:
+            continue
+        a, b = [after[u] for u in uids], [before[u] for u in uids]
+        gain = paired_test(a, b, resamples, 0.95, 0).to_json()
+        rows.append([
+            esc(run.label), str(len(uids)),
+            fmt_estimate(mean_ci(b, resamples, 0.95, 0).to_json()),
+            fmt_estimate(mean_ci(a, resamples, 0.95, 0).to_json()),
+            fmt_estimate({"mean": gain["diff"], "low": gain["low"], "high": gain["high"]}),
+            f"{gain['wins']} / {gain['losses']}",
+        ])  # fmt: skip
+    if not rows:
+        return ""
+    headers = ["run", "questions", "EM before RL", "EM after RL", "paired gain", "won / lost"]
+    return (
+        '<section id="rl-gain"><h2>Held-out EM before and after RL</h2>'
+        "<p>Greedy, the same held-out questions at the first and the last evaluation of each "
+        "run; 95% bootstrap intervals.</p>"
+        f"{_table(headers, rows, 'gain-table')}</section>"
+    )
+
+
+def _em_by_uid(path: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {row["uid"]: float(row.get("metrics", {}).get("em", 0.0)) for row in rows}
 
 
 def evaluation_block(ev: Evaluation) -> str:

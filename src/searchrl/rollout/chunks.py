@@ -26,6 +26,8 @@ class Partial:
 
     cap: int
     """The turn's token limit."""
+    stops: tuple[str, ...]
+    """The turn's stop strings (every call of the turn has the same)."""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
 
@@ -49,7 +51,6 @@ def first_stop(
 def join_chunk(
     partial: Partial,
     out: Generation,
-    stops: Sequence[str],
     decode: Callable[[list[int]], str],
     chunked: bool,
 ) -> Generation | None:
@@ -63,7 +64,7 @@ def join_chunk(
         return out  # a turn that fits one call stays exactly as the backend returned it
     ids = partial.token_ids
     reason, stop = out.stop_reason, out.stop_string
-    if start > 0 and (found := first_stop(decode, ids, start, stops)) is not None:
+    if start > 0 and (found := first_stop(decode, ids, start, partial.stops)) is not None:
         cut, stop = found
         ids, reason = ids[:cut], "stop"
     elif reason == "length" and len(ids) < partial.cap:

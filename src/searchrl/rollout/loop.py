@@ -2,8 +2,10 @@
 
 Every trajectory is a row in one of four phases: GENERATE → (SEARCH →) INSERT → GENERATE … →
 DONE. Each pass of the loop generates for all GENERATE rows in one backend call, sends the
-queries of all SEARCH rows to the retriever in one batched call, then inserts observations.
-Every termination rule lives in `_decide`.
+queries of all SEARCH rows to the retriever in one batched call, then inserts observations;
+with `rollout.streaming` and an engine that streams, a row goes on as soon as its own turn is
+done (`_run_streaming`). Both hand a finished generation to `_receive`; every termination rule
+lives in `_decide`.
 
 Where this departs from the original on purpose:
 - generation stops at `</search>`/`</answer>`/EOS (the original had no stop strings);
@@ -27,92 +29,31 @@ stop, and nothing is ever retrieved.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.templates import (
     ANSWER_CLOSE,
     FORCED_ANSWER,
-    INFORMATION_CLOSE,
     INVALID_ACTION_FEEDBACK,
     SEARCH_CLOSE,
     THINK_CLOSE,
     format_information,
 )
-from searchrl.models.generation import GenerationBackend, SamplingParams
+from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
 from searchrl.retrieval.base import RetrievalError, Retriever
 from searchrl.reward.metrics import answer_metrics
 from searchrl.rollout.chunks import Partial, join_chunk
 from searchrl.rollout.parse import Action, parse_action
+from searchrl.rollout.rows import Phase, Row, Tokenizer, observation_ids
 from searchrl.rollout.sampler import continue_from, fresh_trajectories, row_seed
 from searchrl.types import Question, Role, SearchCall, Segment, Trajectory
 
 Observer = Callable[[Trajectory, Segment], None]
 """Called with each segment right after it is appended (live display in `searchrl chat`)."""
-
-
-class Phase(enum.Enum):
-    """Where a trajectory is in the protocol."""
-
-    GENERATE = "generate"
-    SEARCH = "search"
-    INSERT = "insert"
-    DONE = "done"
-
-
-@dataclass
-class _Row:
-    """One trajectory in flight and the step it is waiting for."""
-
-    traj: Trajectory
-    turn: int
-    phase: Phase = Phase.GENERATE
-    query: str = ""
-    pending_env: str = ""
-    overflow: bool = False
-    """The pending env text did not fit under the total cap (it was not inserted)."""
-    forcing: bool = False
-    """`force_answer`: `\n<answer>` was appended; the next generation completes the answer."""
-    forced: bool = False
-    """The answer was forced once already (a row is never forced twice)."""
-    partial: Partial | None = None
-    """The turn generated so far when it is decoded in chunks (`rollout.decode_chunk`)."""
-
-    @property
-    def length(self) -> int:
-        """Prompt plus response tokens so far."""
-        return len(self.traj.prompt_ids) + sum(len(s.token_ids) for s in self.traj.segments)
-
-
-class _Tokenizer:
-    """The two tokenizer calls the engine makes, with the settings it always uses."""
-
-    def __init__(self, tokenizer: object):
-        self._tokenizer = tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=False))  # type: ignore[attr-defined]
-
-    def decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
-
-
-def observation_ids(tokenizer: object, text: str, max_obs_tokens: int) -> tuple[list[int], bool]:
-    """Token ids of an env text as the engine inserts it, and whether it was cut: an
-    `<information>` block longer than `max_obs_tokens` keeps its first tokens and its closing
-    `</information>\n\n`. Reference transcripts for SFT are cut by the same function, so the
-    warm start never reads passages that RL would not show."""
-    tok = _Tokenizer(tokenizer)
-    ids = tok.encode(text)
-    if not text.endswith(INFORMATION_CLOSE) or len(ids) <= max_obs_tokens:
-        return ids, False
-    close = tok.encode(INFORMATION_CLOSE)
-    body = tok.encode(text[: -len(INFORMATION_CLOSE)])
-    return body[: max(max_obs_tokens - len(close), 0)] + close, True
 
 
 class RolloutEngine:
@@ -130,7 +71,7 @@ class RolloutEngine:
         self.backend = backend
         self.observer = observer
         self.tokenizer = tokenizer
-        self.tok = _Tokenizer(tokenizer)
+        self.tok = Tokenizer(tokenizer)
         self.retriever = retriever
         self.config = config
         self.seed = seed
@@ -139,10 +80,17 @@ class RolloutEngine:
         )
 
     def run(self, starts: Sequence[Trajectory]) -> list[Trajectory]:
-        """Extend every start trajectory until it is done; returns them in the same order."""
-        position = {id(t): i for i, t in enumerate(starts)}
-        done = sorted(self.stream(starts, max(len(starts), 1)), key=lambda t: position[id(t)])
-        return done
+        """Extend every start trajectory until it is done; returns them in the same order.
+        With `rollout.streaming` and an engine that streams, every row is in flight at once
+        (`_run_streaming`); otherwise turn by turn, every start admitted at once (`stream`)."""
+        if not (self.config.streaming and getattr(self.backend, "streams", False)):
+            position = {id(t): i for i, t in enumerate(starts)}
+            return sorted(self.stream(starts, max(len(starts), 1)), key=lambda t: position[id(t)])
+        rows = [self._admit(t) for t in starts]
+        self._run_streaming(rows)
+        for row in rows:
+            self._score(row.traj)
+        return [r.traj for r in rows]
 
     def stream(self, starts: Iterable[Trajectory], width: int) -> Iterator[Trajectory]:
         """Extend the start trajectories with at most `width` in flight, yielding each one as
@@ -151,28 +99,30 @@ class RolloutEngine:
         `searchrl eval` runs; `run` admits every start at once). Rows finished in the same
         pass come out in the order they were admitted."""
         pending = iter(starts)
-        rows: list[_Row] = []
+        rows: list[Row] = []
         while True:
-            for traj in islice(pending, max(width - len(rows), 0)):
-                row = _Row(traj=traj, turn=traj.stats.turns)
-                row.phase = self._decide(row, None)
-                self._insert_pending(row)
-                rows.append(row)
+            rows += [self._admit(t) for t in islice(pending, max(width - len(rows), 0))]
             if not rows:
                 return
             generating = [r for r in rows if r.phase is Phase.GENERATE]
             if generating:
                 self._generate(generating)
-                self._search([r for r in rows if r.phase is Phase.SEARCH])
-                for row in rows:
-                    self._insert_pending(row)
+                self._advance(rows)
             for row in rows:
                 if row.phase is Phase.DONE:
                     self._score(row.traj)
                     yield row.traj
             rows = [r for r in rows if r.phase is not Phase.DONE]
 
-    def _decide(self, row: _Row, action: Action | None) -> Phase:
+    def _admit(self, traj: Trajectory) -> Row:
+        """A row for a start trajectory, past any env text its start calls for (a start
+        without room left opens its forced answer at once)."""
+        row = Row(traj=traj, turn=traj.stats.turns)
+        row.phase = self._decide(row, None)
+        self._insert_pending(row)
+        return row
+
+    def _decide(self, row: Row, action: Action | None) -> Phase:
         """The termination rules, all in one place. `action` is the turn just generated, or
         None when the row has just been created or had env tokens inserted."""
         stats = row.traj.stats
@@ -198,18 +148,18 @@ class RolloutEngine:
     def _forces(self) -> bool:
         return self.config.force_answer and self.config.search
 
-    def _reserve(self, row: _Row) -> int:
+    def _reserve(self, row: Row) -> int:
         """Tokens a generation leaves free under `force_answer`, so a forced answer still
         fits after it: the longest forced text and the answer's cap."""
         if not self._forces or row.forcing or row.forced:
             return 0
         return len(self.tok.encode(THINK_CLOSE + FORCED_ANSWER)) + self.config.answer_tokens
 
-    def _room(self, row: _Row) -> int:
+    def _room(self, row: Row) -> int:
         """Tokens this row may still generate or be shown before its forced answer."""
         return self.config.max_total_tokens - row.length - self._reserve(row)
 
-    def _force(self, row: _Row, reason: str, text: str = "") -> Phase:
+    def _force(self, row: Row, reason: str, text: str = "") -> Phase:
         """`force_answer`: open the answer for the policy (closing an open thought first)
         instead of ending the row for `reason`; a row forced once, or without the room for
         it, ends for `reason`."""
@@ -221,16 +171,16 @@ class RolloutEngine:
         row.pending_env, row.forcing, row.forced, row.overflow = forced, True, True, False
         return Phase.INSERT
 
-    def _finish(self, row: _Row, reason: str, *, truncated: bool = False) -> Phase:
+    def _finish(self, row: Row, reason: str, *, truncated: bool = False) -> Phase:
         row.traj.stats.stop_reason = reason
         row.traj.stats.truncated = row.traj.stats.truncated or truncated
         return Phase.DONE
 
-    def _final_round(self, row: _Row) -> bool:
+    def _final_round(self, row: Row) -> bool:
         """The round after `max_turns` rounds: a search in it is not executed."""
         return row.turn >= self.config.max_turns
 
-    def _sampling(self, row: _Row) -> SamplingParams:
+    def _sampling(self, row: Row) -> SamplingParams:
         room = self.config.max_total_tokens - row.length
         force = self._forces
         stop, cap = self._stop, min(self.config.max_response_tokens, self._room(row))
@@ -239,7 +189,7 @@ class RolloutEngine:
         elif force and self._final_round(row):
             stop = (*self._stop, THINK_CLOSE)
         if row.partial is None:
-            row.partial = Partial(cap=max(cap, 1))
+            row.partial = Partial(cap=max(cap, 1), stops=stop)
         done = len(row.partial.token_ids)
         left = max(row.partial.cap - done, 1)
         key = row.traj.id + ("#answer" if row.forcing else "") + (f"@{done}" if done else "")
@@ -254,23 +204,61 @@ class RolloutEngine:
             or left > (self.config.decode_chunk or left),
         )
 
-    def _generate(self, rows: list[_Row]) -> None:
+    def _advance(self, rows: Sequence[Row]) -> None:
+        """After their generation: the searches of `rows` in one retriever call, then the
+        observations (and any feedback or forced answer's opening) inserted."""
+        self._search([r for r in rows if r.phase is Phase.SEARCH])
+        for row in rows:
+            self._insert_pending(row)
+
+    def _request(self, row: Row) -> tuple[list[int], SamplingParams]:
+        """The prompt and sampling of a row's next generation; a turn decoded in chunks goes
+        on from the tokens it has so far, in either path (`_generate`, `_run_streaming`)."""
+        params = self._sampling(row)
+        assert row.partial is not None
+        return row.traj.prompt_ids + row.traj.response_ids + row.partial.token_ids, params
+
+    def _generate(self, rows: list[Row]) -> None:
         """One backend call for every row waiting to generate."""
-        prompts = [r.traj.prompt_ids + r.traj.response_ids for r in rows]
-        params = [self._sampling(r) for r in rows]
-        for prompt, row in zip(prompts, rows, strict=True):
-            prompt += row.partial.token_ids if row.partial is not None else []
+        requests = [self._request(r) for r in rows]
         started = time.perf_counter()
-        outputs = self.backend.generate(prompts, params)
-        elapsed = time.perf_counter() - started
-        generated = sum(len(out.token_ids) for out in outputs)
-        for row, chunk, sampled in zip(rows, outputs, params, strict=True):
-            # Each row's share of the batched call, by the tokens it generated: summed over
-            # the rows, the shares add up to the call's wall time (tokens/s stays honest).
+        outputs = self.backend.generate([p for p, _ in requests], [s for _, s in requests])
+        self._receive(list(zip(rows, outputs, strict=True)), time.perf_counter() - started)
+
+    def _run_streaming(self, rows: list[Row]) -> None:
+        """Continuous batching across turns (`rollout.streaming`, engines that `stream`:
+        `submit`/`collect`): a row's next turn is submitted as soon as its last one is done
+        and its search answered, so no row waits for the slowest row of its batch and the
+        engine keeps as many rows in flight as there are unfinished trajectories. The rows
+        that finish in the same engine step send their queries in one retriever call."""
+        stream: Any = self.backend
+        flight: dict[str, Row] = {}
+
+        def submit(ready: list[Row]) -> None:
+            if ready:
+                requests = [self._request(r) for r in ready]
+                keys = stream.submit([p for p, _ in requests], [s for _, s in requests])
+                flight.update(zip(keys, ready, strict=True))
+
+        submit([r for r in rows if r.phase is Phase.GENERATE])
+        while flight:
+            started = time.perf_counter()
+            finished = stream.collect()
+            done = [(flight.pop(key), out) for key, out in finished]
+            self._receive(done, time.perf_counter() - started)
+            self._advance([row for row, _ in done])
+            submit([row for row, _ in done if row.phase is Phase.GENERATE])
+
+    def _receive(self, outputs: list[tuple[Row, Generation]], elapsed: float) -> None:
+        """Add each row's generation to its turn; for a turn that is over, append it and
+        decide what comes next (a turn decoded in chunks that is not over generates again).
+        Each row gets its share of the `elapsed` seconds by the tokens it generated: summed
+        over the rows, the shares add up to the call's wall time (tokens/s stays honest)."""
+        generated = sum(len(out.token_ids) for _, out in outputs)
+        for row, chunk in outputs:
             row.traj.stats.generation_s += elapsed * len(chunk.token_ids) / max(generated, 1)
             assert row.partial is not None
-            chunked = self.config.decode_chunk > 0
-            out = join_chunk(row.partial, chunk, sampled.stop, self.tok.decode, chunked)
+            out = join_chunk(row.partial, chunk, self.tok.decode, self.config.decode_chunk > 0)
             if out is None:  # the turn goes on in the next call
                 continue
             row.partial = None
@@ -296,7 +284,7 @@ class RolloutEngine:
                 continue
             row.phase = self._decide(row, action)
 
-    def _closed_final_thought(self, row: _Row, text: str, stop_string: str | None) -> bool:
+    def _closed_final_thought(self, row: Row, text: str, stop_string: str | None) -> bool:
         """`force_answer`: the final round closed its reasoning (and nothing else)."""
         return (
             self._forces
@@ -305,7 +293,7 @@ class RolloutEngine:
             and parse_action(text, self.config.search).kind == "invalid"
         )
 
-    def _complete_forced(self, row: _Row, text: str) -> Phase:
+    def _complete_forced(self, row: Row, text: str) -> Phase:
         """The policy's completion of the answer the engine opened. One still open at
         `answer_tokens` is cut there: its first line, up to any tag, is the answer
         (`answer_cap`); only an empty one leaves the row unanswered."""
@@ -322,7 +310,7 @@ class RolloutEngine:
         row.traj.answer = capped
         return self._finish(row, "answer_cap")
 
-    def _search(self, rows: list[_Row]) -> None:
+    def _search(self, rows: list[Row]) -> None:
         """All queries of this turn in ONE retriever call; a failure fails these rows only."""
         if not rows:
             return
@@ -347,13 +335,13 @@ class RolloutEngine:
             row.pending_env = format_information([h.document.contents for h in hits])
             row.phase = Phase.INSERT
 
-    def _insert_pending(self, row: _Row) -> None:
+    def _insert_pending(self, row: Row) -> None:
         """Insert env text until the row waits for something else (an observation that
         leaves no room is followed by the forced answer's opening)."""
         while row.phase is Phase.INSERT:
             self._insert(row)
 
-    def _insert(self, row: _Row) -> None:
+    def _insert(self, row: Row) -> None:
         """Append the pending env text as an `env` segment: an observation is cut to its token
         budget keeping `</information>\\n\\n`; any env text that cannot fit under the total cap
         is not inserted at all, and the row ends truncated."""

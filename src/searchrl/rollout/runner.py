@@ -48,6 +48,14 @@ class MeteredBackend:
             self._listener(len(prompts))
         return outputs
 
+    def collect(self) -> list[tuple[Any, Generation]]:
+        """A streaming engine's finished rows (`rollout.streaming`), each reported as one
+        turn done."""
+        finished = self.backend.collect()  # type: ignore[attr-defined]
+        if self._listener is not None and finished:
+            self._listener(len(finished))
+        return finished
+
     @contextlib.contextmanager
     def reporting(self, listener: Callable[[int], None]) -> Iterator[None]:
         """Send generated-turn counts to `listener` while the block runs."""

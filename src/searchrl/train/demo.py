@@ -53,9 +53,10 @@ def plot_curves(rows: list[dict[str, float]], out: Path) -> None:
 
     panels = (
         ("critic/score/mean", "train reward"),
-        ("val/em", "held-out EM"),
+        ("probe/pass@1", "probe pass@1 (T = 1)"),
+        ("probe/pass@k", "probe pass@k (T = 1)"),
+        ("val/em", "held-out EM (greedy)"),
         ("env/number_of_valid_search", "searches / trajectory"),
-        ("response_length/mean", "response tokens"),
     )
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
     for ax, (key, title) in zip(axes, panels, strict=True):
@@ -69,6 +70,40 @@ def plot_curves(rows: list[dict[str, float]], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def signal_summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """What RL was given to learn from (`train.signal`): informative groups trained (and
+    sampled, per hour), how far the policy moved, and the probe's pass@1/pass@k at
+    temperature 1 before and after."""
+    steps = [r for r in rows if r["step"] > 0 and "signal/trained_total" in r]
+    last = steps[-1] if steps else {}
+    probes = [r for r in rows if "probe/pass@1" in r]
+    out: dict[str, Any] = {
+        "informative_groups": last.get("signal/trained_total", 0.0),
+        "sampled_groups": last.get("signal/sampled_total", 0.0),
+        "informative_per_hour": last.get("signal/informative_per_hour", 0.0),
+        "moved": last.get("signal/moved", 0.0),
+        "moved_rel": last.get("signal/moved_rel", 0.0),
+    }
+    if probes:
+        out["probe"] = {key: [probes[0].get(f"probe/{key}"), probes[-1].get(f"probe/{key}")]
+                        for key in ("pass@1", "pass@k")}  # fmt: skip
+        out["probe"]["kl"] = probes[-1].get("signal/probe_kl")
+    return out
+
+
+def _signal_line(found: dict[str, Any]) -> str:
+    line = (
+        f"RL's signal: {found['informative_groups']:.0f} informative groups trained (of "
+        f"{found['sampled_groups']:.0f} sampled, {found['informative_per_hour']:.0f} an "
+        f"hour), moved ‖θ − θ₀‖ = {found['moved']:.3g} ({found['moved_rel']:.1e} of ‖θ₀‖)"
+    )
+    probe = found.get("probe")
+    if probe:
+        (a1, b1), (ak, bk) = probe["pass@1"], probe["pass@k"]
+        line += f"; probe at temperature 1: pass@1 {a1:.3f} → {b1:.3f}, pass@k {ak:.3f} → {bk:.3f}"
+    return line
 
 
 def _scores(path: Path) -> dict[str, float]:
@@ -161,7 +196,7 @@ def _explain_rl(config: TrainConfig, world_dir: Path, sft_dir: Path, console: Co
     `held_out_facts: disjoint`)."""
     changes = "; ".join(
         f"{key} {_value(config, key)} (recipe {recipe}: {why})"
-        for key, (recipe, why) in DEMO_DIFFERENCES.items()
+        for key, (recipe, _, why) in DEMO_DIFFERENCES.items()
     )
     console.print(f"RL: the CPU recipe ({RECIPE}), except {changes}.")
     held_out = load_flashrag_jsonl(world_dir / f"{config.data.eval_split}.jsonl", "world")
@@ -218,10 +253,12 @@ def run_demo(config: DemoConfig, out: Path, console: Console | None = None) -> d
     )
     plot_curves(rows, out / "curves.png")
     console.print(_table(result, before_row, after_row))
+    console.print(_signal_line(signal_summary(rows)))
     report = write_report([out], out / "report.html", force=True)  # its own page, redone
     timings["total_s"] = time.perf_counter() - start
     summary = {
         **result,
+        **signal_summary(rows),
         "model": str(grpo / "model"),
         "before_rl": {k: before_row.get(k) for _, k in COLUMNS},
         "after_rl": {k: after_row.get(k) for _, k in COLUMNS},

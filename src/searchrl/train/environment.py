@@ -13,28 +13,33 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from searchrl.config.errors import ConfigError
 from searchrl.config.model import ModelConfig
 from searchrl.config.rollout import RolloutConfig
-from searchrl.config.train import DataConfig, PolicyConfig
+from searchrl.config.train import DataConfig, PolicyConfig, TrainConfig
 from searchrl.data.benchmarks import DataError, load_flashrag_jsonl
 from searchrl.data.grounded import ground_references
 from searchrl.data.sources import WORLD_SOURCE, load_sources, missing_input, parse_spec
 from searchrl.data.world import Reference, generate_world, load_references, write_world
 from searchrl.data.world.solver import write_references
-from searchrl.models.generation import GenerationBackend
+from searchrl.models.generation import GenerationBackend, WeightSyncable
 from searchrl.models.loading import (
     generation_backend,
     head_size,
     load_model,
+    load_model_config,
+    load_tokenizer,
+    resolve_device,
     seeded_engine,
     start_engine,
 )
-from searchrl.models.vllm_weights import weights_version
+from searchrl.models.weights import compute_device, weights_version
 from searchrl.retrieval.base import Retriever
 from searchrl.retrieval.corpus import read_corpus
 from searchrl.rollout.loop import run_rollouts
-from searchrl.train.models import merged_for_export, prepare_policy
-from searchrl.train.ports import RolloutFn
+from searchrl.train.collect import engine_seed
+from searchrl.train.models import Critic, frozen_reference, merged_for_export, prepare_policy
+from searchrl.train.ports import Distributed, RolloutFn
 from searchrl.types import Question
 from searchrl.utils.output import atomic_directory
 
@@ -193,17 +198,59 @@ def build_environment(
     return Environment(world_dir, retriever, {}, data, out_dir, topk, progress)
 
 
-def load_policy(model: ModelConfig, policy: PolicyConfig) -> tuple[nn.Module, object]:
+def _weights_source(model: ModelConfig, policy: PolicyConfig) -> ModelConfig:
+    """`model`, or the `init_checkpoint` folder that replaces its weights (an SFT output)."""
+    if policy.init_checkpoint:
+        return replace(model, name_or_path=policy.init_checkpoint)
+    return model
+
+
+def load_policy(
+    model: ModelConfig, policy: PolicyConfig, *, sharded: bool = False
+) -> tuple[nn.Module, object]:
     """The trainable policy (fp32 master weights) and its tokenizer; `init_checkpoint`
-    replaces the weights source (e.g. an SFT output directory)."""
-    source = (
-        replace(model, name_or_path=policy.init_checkpoint) if policy.init_checkpoint else model
-    )
-    loaded = load_model(replace(source, dtype="float32"))
+    replaces the weights source (e.g. an SFT output directory). `sharded` (FSDP): read into
+    host memory, where `train.fsdp.shard` moves it to the GPU one unit at a time."""
+    source = replace(_weights_source(model, policy), dtype="float32")
+    loaded = load_model(replace(source, device="cpu") if sharded else source)
     tokenizer = loaded.tokenizer
     if tokenizer.pad_token_id is None:  # type: ignore[attr-defined]
         tokenizer.pad_token = tokenizer.eos_token  # type: ignore[attr-defined]
     return prepare_policy(loaded.model, policy), tokenizer
+
+
+def start_engine_first(
+    model: ModelConfig,
+    policy: PolicyConfig,
+    max_len: int,
+    *,
+    seed: int = 0,
+    overlapped: bool = False,
+) -> WeightSyncable | None:
+    """The vLLM engine for rollouts, started from the policy's config alone (no weights
+    read) before any model of the trainer is loaded: vLLM reserves its share of a GPU only
+    if that share is free, and then sleeps until the first sync (`train.run`). None where
+    the HF engine generates (`start_engine` says why): it needs the loaded module.
+    `seed`, `overlapped`: as in `make_backend`."""
+    source = _weights_source(model, policy)
+    hf_config, generation = load_model_config(source)
+    tokenizer = load_tokenizer(source)
+
+    def start() -> GenerationBackend:
+        from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
+
+        engine = seeded_engine(model, seed)
+        return VLLMBackend.from_config(
+            hf_config, tokenizer, engine, dtype=engine_dtype(engine, resolve_device(model.device)),
+            max_model_len=max_len, generation=generation, overlapped=overlapped,
+        )  # fmt: skip
+
+    backend = start_engine(model, head_size(hf_config), start)
+    if backend is None:
+        return None
+    assert isinstance(backend, WeightSyncable)
+    backend.release()  # the trainer's models load next
+    return backend
 
 
 def make_backend(
@@ -214,31 +261,71 @@ def make_backend(
     *,
     seed: int = 0,
     overlapped: bool = False,
+    engine: WeightSyncable | None = None,
+    tried: bool = False,
 ) -> GenerationBackend:
-    """The generation engine for rollouts: vLLM (CPU or GPU) when `model` asks for it and
-    `auto` finds that it starts on this policy (`start_engine`: the head size read from the
-    policy being trained), else the HF backend; started on the current policy weights, then
-    re-synced after every update by `sync_generation_weights`. `seed` is the run's; only
-    vLLM takes it here, whose one stream starts from it (`seeded_engine`): HF rows are seeded
-    per call by the rollout's seed. `overlapped`: the engine will generate while this process
-    trains (`train.overlap`), so it runs in processes of its own."""
+    """The generation engine for rollouts, holding the current policy weights: `engine` (one
+    `start_engine_first` started) synced from the policy, or else vLLM (CPU or GPU) when
+    `model` asks for it and `auto` finds that it starts on this policy (`start_engine`: the
+    head size read from the policy being trained), else the HF backend; re-synced after
+    every update by `sync_generation_weights`. `seed` is the run's; only vLLM takes it here,
+    whose stream starts from it (`seeded_engine`): HF rows are seeded per call by the
+    rollout's seed. `overlapped`: the engine will generate while this process trains
+    (`train.overlap`), so it runs in processes of its own. `tried`: `start_engine_first`
+    already chose the HF engine (and said why), so no vLLM engine is tried again."""
+    if engine is not None:
+        sync_generation_weights(engine, policy)
+        return engine  # type: ignore[return-value]
     module = merged_for_export(policy)
 
     def start() -> GenerationBackend:
         from searchrl.models.vllm_backend import VLLMBackend, engine_dtype
 
         engine = seeded_engine(model, seed)
-        device = next(policy.parameters()).device
         return VLLMBackend.from_module(
-            module, tokenizer, engine, dtype=engine_dtype(engine, device),
+            module, tokenizer, engine, dtype=engine_dtype(engine, compute_device(policy)),
             max_model_len=max_len, overlapped=overlapped,
         )  # fmt: skip
 
-    backend = start_engine(model, head_size(module.config), start)  # type: ignore[arg-type]
+    head = head_size(module.config)  # type: ignore[arg-type]
+    backend = None if tried else start_engine(model, head, start)
     if backend is None:
         backend = generation_backend(model, module, tokenizer)  # type: ignore[arg-type]
     backend.synced_version = weights_version(policy)  # type: ignore[attr-defined]
     return backend
+
+
+def load_models(
+    config: TrainConfig, dist: Distributed
+) -> tuple[nn.Module, object, nn.Module | None, nn.Module | None, GenerationBackend]:
+    """The policy, its tokenizer, the frozen reference, the critic and the generation
+    engine, in the order GPU memory needs: the vLLM engine first, from the model's config
+    alone (it reserves its share of the GPU at start, only if that share is free; then it
+    sleeps, `start_engine_first`), then the trainer's models (under FSDP read into host
+    memory and sharded onto the GPU unit by unit, `train.fsdp`), then the engine is synced.
+    FSDP needs vLLM: the HF engine would generate with the sharded module itself."""
+    seed = engine_seed(config.seed, dist.rank, dist.world_size)
+    max_len, overlapped = config.rollout.max_total_tokens, config.overlap.enabled
+    started = start_engine_first(
+        config.model, config.policy, max_len, seed=seed, overlapped=overlapped
+    )
+    if started is None and dist.sharded:
+        raise ConfigError(
+            "policy.strategy=fsdp: generation needs the vLLM engine (model.backend=vllm, "
+            "installed and starting); the HF engine would run the sharded module"
+        )
+    policy, tokenizer = load_policy(config.model, config.policy, sharded=dist.sharded)
+    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
+    needs_reference = config.algo.kl_coef > 0
+    reference = (
+        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
+    )
+    critic = Critic(policy) if config.uses_critic else None
+    engine = make_backend(
+        config.model, policy, tokenizer, max_len, seed=seed, overlapped=overlapped,
+        engine=started, tried=True,
+    )  # fmt: skip
+    return policy, tokenizer, reference, critic, engine
 
 
 def make_rollout_fn(
@@ -269,14 +356,17 @@ def make_rollout_fn(
 def sync_generation_weights(backend: GenerationBackend, policy: nn.Module) -> None:
     """After each update the generation engine must see the new weights (a converted copy in
     the HF backend, the vLLM engine); LoRA policies are merged into a plain copy first. Only
-    when they changed since the engine last saw them (`weights_version`, a fingerprint of
-    their bits: an evaluation after a step, or the next rollout after it, finds them
-    unchanged).
+    when they changed since the engine last saw them (`models.weights.weights_version`, read
+    from torch's version counters: an evaluation after a step, or the next rollout after it,
+    finds them unchanged), or when a sleeping engine discarded them. Collective for a
+    sharded policy: every rank calls it.
     Generating with the policy module itself makes this a no-op."""
-    version = weights_version(policy)
-    if version is not None and getattr(backend, "synced_version", None) == version:
+    if not isinstance(backend, WeightSyncable):
         return
-    backend.sync_weights(merged_for_export(policy), version=version)  # type: ignore[attr-defined]
+    version = weights_version(policy)
+    if backend.synced_version == version:
+        return
+    backend.sync_weights(merged_for_export(policy), version=version)
 
 
 def export_model(

@@ -5,7 +5,13 @@ AdamW states over 8 GPUs and offload them to CPU memory.
 Each decoder layer is its own FSDP unit (gathered just before it runs, freed after), then the
 root module takes the embeddings and the head. Parameters become DTensors sharded over the
 ranks; anything that needs whole weights (the generation engine's sync, the final export)
-gathers them collectively, so every rank must make the same call at the same time.
+gathers them collectively (`models.weights.whole_tensor`), so every rank must make the same
+call at the same time.
+
+The model is read into host memory and sharded from there (`train.environment.load_policy`):
+`fully_shard` moves one unit at a time to the mesh's GPU, shards it and frees the rest, so a
+GPU never holds the whole fp32 model (a 7B model's 30 GB on every rank before sharding, which
+left no room for the engine). With `fsdp_cpu_offload` the shards go back to host memory.
 
 Checkpoints are sharded too (torch.distributed.checkpoint): every rank writes its shard of
 the weights and optimizer states into the same step directory, rank 0 adds the small parts
@@ -51,12 +57,6 @@ def decoder_layers(module: nn.Module) -> list[nn.Module]:
         if name.endswith("layers") and isinstance(child, nn.ModuleList):
             return list(child)
     return []
-
-
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor behind a DTensor shard (collective), or the tensor itself."""
-    gather = getattr(tensor, "full_tensor", None)
-    return gather() if callable(gather) else tensor
 
 
 def _state(trainer: Any) -> dict[str, Any]:

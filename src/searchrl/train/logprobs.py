@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from searchrl.algo.losses import entropy_from_logits
+from searchrl.models.weights import compute_device
 from searchrl.train.collate import Batch
 from searchrl.train.packing import PACKED_SDPA, enable_packing, micro_batches, pack
 
@@ -162,7 +163,7 @@ def batched_logprobs(
     """Log-probs of the response tokens, micro-batched (at most `micro_batch_size` rows and,
     when > 0, `micro_batch_tokens` tokens a forward), no gradient → [B, R] (0 on pad, and
     with `mask` [B, R] only the masked-in tokens are guaranteed)."""
-    device = next(model.parameters()).device
+    device = compute_device(model)
     parts = []
     lengths = batch.attention_mask.sum(1).tolist()
     for rows in micro_batches(lengths, micro_batch_size, micro_batch_tokens):
@@ -202,7 +203,7 @@ def logprobs_of_rows(
 @torch.no_grad()
 def batched_values(critic: nn.Module, batch: Batch, micro_batch_size: int, bf16: bool) -> Tensor:
     """Critic values V(s_t) before each response token, micro-batched. → [B, R] (0 on pad)."""
-    device = next(critic.parameters()).device
+    device = compute_device(critic)
     parts = []
     for start in range(0, batch.input_ids.shape[0], micro_batch_size):
         mb = batch.select(range(start, min(start + micro_batch_size, batch.input_ids.shape[0])))

@@ -23,6 +23,7 @@ samples of a prompt are drawn on one rank).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ from searchrl.train.models import (
 )
 from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 from searchrl.train.sampling import PromptSampler, hop_weights
+from searchrl.train.signal import Anchor, Probe, SignalMeter
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -70,7 +72,7 @@ from searchrl.train.update import (
 )
 from searchrl.types import Question, Trajectory
 
-SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer")
+SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer", "signal")
 """Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
 
@@ -89,6 +91,7 @@ class Trainer:
         questions: Sequence[Question],
         dist: Distributed | None = None,
         refine: RefineFn | None = None,
+        probe_questions: Sequence[Question] = (),
     ) -> None:
         self.config = config
         self.refine = refine
@@ -101,7 +104,7 @@ class Trainer:
         self.pad_id, self.rollout, self.reward = pad_id, rollout, reward
         weights = hop_weights(questions, config.data.train_hop_weights)
         self.sampler = PromptSampler(questions, config.seed, weights=weights)
-        self.hops = {q.uid: q.hops for q in questions}
+        self.hops = {q.uid: q.hops for q in [*questions, *probe_questions]}
         self.collector = Collector(
             config, self.sampler, rollout, self._score, self.dist, policy, refine
         )
@@ -151,11 +154,20 @@ class Trainer:
             entropy_coef=algo.entropy_coef,
             value_clip=algo.value_clip,
         )
+        signal, probe = config.signal, None
+        if signal.probe_every and probe_questions:
+            probe = Probe(
+                probe_questions, signal.probe_samples, config.seed * 7_919 + 1, pad_id,
+                config.micro_batch_size, self.settings.bf16, self.settings.temperature,
+            )  # fmt: skip
+        self.meter = SignalMeter(Anchor(policy), probe, signal.probe_every)
+        """The learning signal (`train.signal`): informative groups, distance moved, probe."""
 
     # ---- the pipeline -------------------------------------------------------------------
     def step(self) -> tuple[dict[str, float], list[Trajectory]]:
         """One RL step; returns its metrics and every trajectory sampled for it."""
         timer = StageTimer(self.on_stage)
+        cpu = time.process_time()
         with timer("step"):
             sampled, trained, counts = self.collector.collect(self.step_count, timer)
             if self.collected is not None:  # overlap: the next step's rollouts start now
@@ -187,6 +199,8 @@ class Trainer:
         tokens = float(sum(len(t.prompt_ids) + len(t.response_ids) for t in trained))
         metrics["perf/tokens_per_s"] = tokens / max(timer.seconds["step"], 1e-9)
         metrics["train/epoch"] = float(self.sampler.epoch)
+        cpu = time.process_time() - cpu  # this process: the trainer and an in-process engine
+        metrics.update(self.meter.after_step(counts, len(trained), timer.seconds["step"], cpu))
         if self.refine is not None:
             step_s = max(timer.seconds["step"], 1e-9)
             metrics["refiner/seconds_share"] = metrics["refiner/refine_s"] / step_s
@@ -359,6 +373,7 @@ class Trainer:
                 "sampler": self.sampler.state(),
                 "rng": ckpt.rng_state(),
             },
+            "signal": self.meter.state(),
         }
         if self.critic is not None:
             assert self.critic_optimizer is not None and self.critic_scheduler is not None
@@ -394,5 +409,7 @@ class Trainer:
         trainer = parts["trainer"]
         self.step_count = trainer["step"]
         self.sampler.load_state(trainer["sampler"])
+        if "signal" in parts:  # checkpoints from before the signal budget have none
+            self.meter.load_state(parts["signal"])
         if not self.dist.sharded:  # sharded: each rank restored its own RNG state
             ckpt.restore_rng(trainer["rng"])

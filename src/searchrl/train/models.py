@@ -21,6 +21,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from searchrl.config.train import PolicyConfig
 from searchrl.models.precision import fast_bf16
+from searchrl.models.weights import compute_device, track_writes
 from searchrl.train.collate import Batch
 from searchrl.train.packing import PACKED_SDPA, enable_packing, pack
 
@@ -80,8 +81,9 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         for param in model.parameters():
             if param.dtype != torch.float32:
                 param.data = param.data.float()
-    if config.train_layers > 0:
-        freeze_below(model, config.train_layers)
+    top = top_layers(model, config.train_layers)
+    if top > 0 and config.lora_rank == 0:
+        freeze_below(model, top)
     if config.gradient_checkpointing:
         enable_checkpointing(model)
         model.config.use_cache = False
@@ -91,12 +93,32 @@ def prepare_policy(model: nn.Module, config: PolicyConfig) -> nn.Module:
         lora = LoraConfig(
             r=config.lora_rank,
             lora_alpha=config.lora_alpha,
-            target_modules="all-linear",
+            target_modules=_linear_layers(model, top) if top else "all-linear",
+            lora_dropout=0.0,
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
     model.train()
     return model
+
+
+def _linear_layers(model: nn.Module, top: int) -> list[str]:
+    """The names of the linear layers inside the top `top` decoder layers: with
+    `train_layers`, adapters go there only, so the backward pass stops there as it does for
+    full fine-tuning of the top layers."""
+    layers = decoder_layers(model, top)
+    wanted = {id(layer) for layer in layers[len(layers) - top :]}
+    prefixes = [f"{name}." for name, module in model.named_modules() if id(module) in wanted]
+    return [name for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and name.startswith(tuple(prefixes))]  # fmt: skip
+
+
+def top_layers(model: nn.Module, wanted: int) -> int:
+    """`policy.train_layers` for this model: 0 (every layer) when it has no more layers than
+    that (a preset sized for SmolLM2's 30 layers, run on a 2-layer test model)."""
+    if wanted == 0:
+        return 0
+    return wanted if wanted < len(decoder_layers(model, 0)) else 0
 
 
 def decoder_layers(model: nn.Module, top_layers: int) -> nn.ModuleList:
@@ -160,7 +182,7 @@ def use_bf16(setting: str, module: nn.Module) -> bool:
     """Resolve `policy.autocast` for where `module` lives (`auto`: on where bf16 is fast, i.e.
     CUDA and CPUs with native bf16; see `models.precision`)."""
     if setting == "auto":
-        return fast_bf16(next(module.parameters()).device)
+        return fast_bf16(compute_device(module))
     return setting == "bf16"
 
 
@@ -178,7 +200,9 @@ def make_optimizer(module: nn.Module, lr: float, weight_decay: float) -> torch.o
     fused = all(
         p.device.type in ("cpu", "cuda") and not isinstance(p.data, DTensor) for p in params
     )
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    track_writes(optimizer)  # the fused kernel's writes reach `weights_version` this way
+    return optimizer
 
 
 def warmup_then_constant(

@@ -37,7 +37,12 @@ from torch import nn
 
 from searchrl.config.errors import ConfigError
 from searchrl.config.train import TrainConfig
-from searchrl.models.generation import Generation, GenerationBackend, SamplingParams
+from searchrl.models.generation import (
+    Generation,
+    GenerationBackend,
+    SamplingParams,
+    WeightSyncable,
+)
 from searchrl.train.collect import rollout_seed
 from searchrl.train.loop import Trainer
 from searchrl.train.models import merged_for_export
@@ -67,6 +72,16 @@ class SharedEngine:
         with self.lock:
             return self.backend.generate(prompts, params)
 
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        """A streaming engine's `submit` (`rollout.streaming`), under the lock."""
+        with self.lock:
+            return self.backend.submit(prompts, params)  # type: ignore[attr-defined]
+
+    def collect(self) -> list[tuple[Any, Generation]]:
+        """A streaming engine's `collect`, under the lock."""
+        with self.lock:
+            return self.backend.collect()  # type: ignore[attr-defined]
+
     def score(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]]
     ) -> list[list[float]]:
@@ -75,12 +90,15 @@ class SharedEngine:
             return self.backend.score(prompts, candidates)  # type: ignore[attr-defined]
 
     def sync_to(self, weights: Any, version: int) -> None:
-        """Load `weights` (a module or a `WeightSnapshot`) unless the engine holds `version`."""
+        """Load `weights` (a module or a `WeightSnapshot`: no module, so the engine reads no
+        fingerprint from it and always loads) unless the engine holds `version` (the
+        trainer's step count)."""
         with self.lock:
             if self.version == version:
                 return
+            assert isinstance(self.backend, WeightSyncable)
             started = time.perf_counter()
-            self.backend.sync_weights(weights)  # type: ignore[attr-defined]
+            self.backend.sync_weights(weights)
             self.sync_s += time.perf_counter() - started
             self.version = version
 
@@ -263,7 +281,7 @@ def check_overlap(config: TrainConfig, backend: GenerationBackend) -> None:
         raise ConfigError(
             "overlap.enabled: the lagging samples need algo.behaviour_correction=auto or tis"
         )
-    if not getattr(backend, "owns_weights", True):
+    if not (isinstance(backend, WeightSyncable) and backend.owns_weights):
         raise ConfigError(
             "overlap.enabled: the HF backend generates with the policy module itself here; "
             "use model.backend=vllm, or a generation copy (model.generation_dtype)"

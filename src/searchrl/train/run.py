@@ -36,7 +36,7 @@ from rich.progress import (
 from searchrl.config.loading import to_dict
 from searchrl.config.model import ModelConfig
 from searchrl.config.train import PolicyConfig, TrainConfig
-from searchrl.models.generation import GenerationBackend
+from searchrl.models.generation import GenerationBackend, WeightSyncable
 from searchrl.refiner import MetaRefiner
 from searchrl.reward.judges import CachedJudge, make_judge
 from searchrl.reward.outcome import RewardFn
@@ -44,19 +44,19 @@ from searchrl.reward.scoring import make_reward
 from searchrl.rollout.runner import MeteredBackend
 from searchrl.train import checkpoint as ckpt
 from searchrl.train import fsdp
-from searchrl.train.collect import engine_seed
 from searchrl.train.distill import distill
 from searchrl.train.environment import (
     build_environment,
     export_model,
-    load_policy,
-    make_backend,
+    load_models,
     make_rollout_fn,
 )
 from searchrl.train.loop import Trainer
+from searchrl.train.memory_plan import check_plan
 from searchrl.train.metrics import MetricsWriter, save_trajectories
-from searchrl.train.models import Critic, frozen_reference, use_bf16
+from searchrl.train.models import use_bf16
 from searchrl.train.overlap import OverlappedRollout, SharedEngine, attach
+from searchrl.train.pool import check_disjoint, gold_retrieved, probe_questions, screen
 from searchrl.train.ports import Distributed
 from searchrl.types import Question, Trajectory
 from searchrl.utils.progress import LineProgress
@@ -242,6 +242,15 @@ def _summary(metrics: dict[str, float]) -> str:
                     for k in keys if k in metrics)  # fmt: skip
 
 
+def on_stage(stage: str, live: LiveStep, engine: GenerationBackend) -> None:
+    """Each stage of a step as it starts: shown on the bar, and once the rollouts are
+    collected (`ref`, the first stage of the update) the engine hands its GPU memory back
+    until the next sync (vLLM's sleep mode, where it sleeps)."""
+    live.stage(stage)
+    if stage == "ref" and isinstance(engine, WeightSyncable):
+        engine.release()
+
+
 def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str, float]:
     """Run RL training to `config.steps`; returns the last step's metrics (with the final
     held-out evaluation when `data.eval_size > 0`)."""
@@ -249,6 +258,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     main = dist.rank == 0
     if config.distill.every and dist.world_size > 1:
         raise ValueError("distill.every: self-distillation runs in one process only")
+    check_plan(config)  # on GPUs: refused here, before anything loads, if it cannot fit
     set_threads(config.policy.torch_threads)
     seed_everything(config.seed)
     if main:
@@ -257,18 +267,7 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     env = build_environment(
         config.data, out_dir, topk=config.rollout.topk, progress=config.logging.progress and main
     )
-    policy, tokenizer = load_policy(config.model, config.policy)
-    # β = 0 never calls the reference: no frozen copy (a second model's memory) is made.
-    needs_reference = config.algo.kl_coef > 0
-    reference = (
-        frozen_reference(policy, lora=config.policy.lora_rank > 0) if needs_reference else None
-    )
-    critic = Critic(policy) if config.uses_critic else None
-    engine = make_backend(
-        config.model, policy, tokenizer, config.rollout.max_total_tokens,
-        seed=engine_seed(config.seed, dist.rank, dist.world_size),
-        overlapped=config.overlap.enabled,
-    )  # fmt: skip
+    policy, tokenizer, reference, critic, engine = load_models(config, dist)
     shared = SharedEngine(engine) if config.overlap.enabled else None
     backend = MeteredBackend(shared if shared is not None else engine)
     rollout = make_rollout_fn(
@@ -276,9 +275,14 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     )
     pad_id = int(tokenizer.pad_token_id)  # type: ignore[attr-defined]
     questions = env.training_pool(config.data)
+    if config.screen.gold_retrieved:
+        questions = gold_retrieved(questions, env.retriever, config.rollout.topk)
+    probe = probe_questions(config, env.questions)
+    check_disjoint(questions, probe)
     size = config.data.eval_size
     held_out = env.questions(config.data.eval_split)[:size] if size > 0 else []
-    reward = build_reward(config, [*questions, *held_out], backend.backend, tokenizer)
+    reward = build_reward(config, [*questions, *held_out, *probe], backend.backend, tokenizer)
+    questions, start_row = screen(questions, rollout, reward, policy, config, out_dir, dist)
     refiner = None
     if config.refiner.enabled:
         refiner = MetaRefiner(
@@ -286,8 +290,9 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
             bf16=use_bf16(config.policy.autocast, policy),
         ).refine  # fmt: skip
     trainer = Trainer(
-        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner
-    )
+        config, policy, critic, reference, pad_id, rollout, reward, questions, dist, refiner,
+        probe_questions=probe,
+    )  # fmt: skip
     overlapped = attach(trainer, shared, rollout, policy) if shared is not None else None
     ckpt_root = out_dir / "checkpoints"
     wandb = config.logging.wandb_project if main else ""
@@ -304,18 +309,29 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
     def evaluate() -> tuple[dict[str, float], list[Trajectory]]:
         return evaluate_with_progress(trainer, backend, held_out, config, show)
 
+    def probe_into(row: dict[str, float], step: int) -> None:
+        found, trajs = trainer.meter.run_probe(rollout, policy, trainer.hops)
+        row.update(found)
+        if main:
+            save_trajectories(out_dir / "trajectories" / f"probe_step_{step}.jsonl", trajs)
+
     # Sharded weights are gathered collectively for generation: every rank evaluates then.
     evaluates = main or dist.sharded
-    if latest is None and evaluates and held_out:
-        metrics, trajs = evaluate()
-        if main:
-            writer.write(0, metrics)
-            save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+    if latest is None:
+        if evaluates and held_out:
+            found, trajs = evaluate()
+            start_row.update(found)
+            if main:
+                save_trajectories(out_dir / "trajectories" / "eval_step_0.jsonl", trajs)
+        if evaluates and trainer.meter.probe_due(0, last=False):
+            probe_into(start_row, 0)
+        if main and start_row:
+            writer.write(0, start_row)
     metrics = {}
     with progress_bar(config.logging.progress and main, config.steps, trainer.step_count,
                       "RL") as bar:  # fmt: skip
         live = LiveStep(bar, _summary)
-        trainer.on_stage = live.stage
+        trainer.on_stage = lambda stage: on_stage(stage, live, engine)
         while trainer.step_count < config.steps:
             live.start(trainer.step_count + 1, metrics)
             with backend.reporting(live.turns):
@@ -329,6 +345,8 @@ def train(config: TrainConfig, out_dir: Path, resume: bool = False) -> dict[str,
                 live.stage("distil")
                 metrics.update(distill(policy, config, out_dir / "trajectories", step,
                                        trainer.hops, pad_id, trainer.settings.bf16))  # fmt: skip
+            if evaluates and trainer.meter.probe_due(step, last):
+                probe_into(metrics, step)
             every = config.eval_every
             if evaluates and held_out and (last or (every > 0 and step % every == 0)):
                 val, val_trajs = evaluate()

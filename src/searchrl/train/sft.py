@@ -38,7 +38,7 @@ from searchrl.config.sft import SFTConfig
 from searchrl.data.templates import direct_prompt, rag_prompt, render_chat
 from searchrl.data.world import Reference
 from searchrl.retrieval.base import Retriever
-from searchrl.rollout.loop import observation_ids
+from searchrl.rollout.rows import observation_ids
 from searchrl.rollout.sampler import encode_prompt, render_prompt
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import autocast, forward_logprobs, to_device

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from searchrl.algo.losses import KLEstimator, aggregate, ppo_clip, value_loss
+from searchrl.models.weights import compute_device
 from searchrl.train.collate import Batch
 from searchrl.train.logprobs import EntropyMode, autocast, forward_logprobs, to_device
 from searchrl.train.packing import micro_batches
@@ -120,7 +121,7 @@ def policy_micro_loss(
     model: nn.Module, exp: Experience, settings: UpdateSettings, kl: KLEstimator | None
 ) -> MicroLoss:
     """Clipped surrogate (+ β·KL to the reference when it is a loss term) − entropy bonus."""
-    device = next(model.parameters()).device
+    device = compute_device(model)
     entropy: EntropyMode = "grad" if settings.entropy_coef != 0 else "log"
 
     def loss_fn(micro: list[int], weights: Tensor) -> tuple[Tensor, dict[str, float]]:
@@ -155,7 +156,7 @@ def policy_micro_loss(
 
 def critic_micro_loss(critic: nn.Module, exp: Experience, settings: UpdateSettings) -> MicroLoss:
     """Clipped value regression towards the GAE returns."""
-    device = next(critic.parameters()).device
+    device = compute_device(critic)
 
     def loss_fn(micro: list[int], weights: Tensor) -> tuple[Tensor, dict[str, float]]:
         if exp.returns is None or exp.old_values is None:

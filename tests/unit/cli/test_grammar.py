@@ -42,9 +42,10 @@ def test_config_show_prints_every_resolved_setting_with_its_doc() -> None:
     rows = {line[2:].split()[0]: line for line in lines[1:]}
     preset = load_config(TrainConfig, resolve_config("tiny_cpu_grpo"))
     assert list(rows) == [s.key for s in all_settings(preset)]  # every setting, in order
-    loss_agg = rows["algo.loss_agg"]
-    assert loss_agg.startswith("* ") and "seq-mean-token-sum-norm" in loss_agg
-    assert "How per-token losses become a scalar" in loss_agg
+    screen = rows["screen.samples"]  # set by the preset: starred, with its value and meaning
+    assert screen.startswith("* ") and screen.split()[2] == "4"
+    assert "k samples per question" in screen
+    assert rows["algo.loss_agg"].startswith("  ")  # the preset keeps the default
     assert rows["seed"].startswith("  ")  # the preset keeps the default seed: no star
 
 

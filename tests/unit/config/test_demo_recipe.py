@@ -26,6 +26,7 @@ def test_the_demo_differs_from_the_recipe_only_where_it_says_why() -> None:
     demo = _flat(to_dict(DemoConfig().rl))
     differing = {k for k in recipe if recipe[k] != demo[k]}
     assert differing == set(DEMO_DIFFERENCES)
-    for key, (recipe_value, reason) in DEMO_DIFFERENCES.items():
+    for key, (recipe_value, demo_value, reason) in DEMO_DIFFERENCES.items():
         assert recipe[key] == recipe_value, key
+        assert demo[key] == demo_value, key
         assert reason.strip(), key

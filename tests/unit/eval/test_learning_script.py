@@ -89,3 +89,39 @@ def test_every_arm_is_a_valid_config_on_top_of_the_recipe() -> None:
     previous = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(ARMS["previous"][2]))
     assert previous.algo.scale_by_std and previous.data.exclude_trained_by == ""
     assert (previous.batch_size, previous.n_samples, previous.steps) == (8, 4, 12)
+    assert previous.screen.samples == 0 and previous.policy.train_layers == 0
+    old = load_config(TrainConfig, resolve_preset("tiny_cpu_grpo"), list(ARMS["old"][2]))
+    assert (old.batch_size, old.n_samples, old.steps, old.optim.lr) == (2, 8, 24, 5e-6)
+    assert old.algo.loss_agg == "seq-mean-token-sum-norm" and old.screen.samples == 0
+    assert old.model.generation_dtype == "auto" and old.policy.train_layers == 0
+
+
+def test_the_signal_row_reads_the_budget_and_the_probes() -> None:
+    from learning_signal import signal_row
+
+    rows = [
+        {"step": 0, "probe/pass@1": 0.2, "probe/pass@k": 0.4, "signal/probe_kl": 0.0,
+         "screen/kept_share": 0.5},
+        {"step": 1, "signal/trained_total": 12, "signal/sampled_total": 16,
+         "signal/informative_per_hour": 300.0, "signal/moved": 0.5, "timing_s/step": 60.0},
+        {"step": 2, "signal/trained_total": 25, "signal/sampled_total": 32,
+         "signal/informative_per_hour": 310.0, "signal/moved": 0.9, "timing_s/step": 60.0,
+         "probe/pass@1": 0.3, "probe/pass@k": 0.55, "signal/probe_kl": 0.02},
+    ]  # fmt: skip
+    row = signal_row(rows)
+    assert row is not None
+    assert (row["steps"], row["trained"], row["sampled"]) == (2, 25, 32)
+    assert row["pass1"] == (0.2, 0.3) and row["passk"] == (0.4, 0.55)
+    assert row["kl"] == 0.02 and row["kept"] == 0.5 and row["minutes"] == 2.0
+    assert signal_row(rows[:1]) is None  # no step yet
+
+
+def test_pass_at_k_of_a_sampled_file(tmp_path: Path) -> None:
+    from learning_signal import pass_at_k
+
+    rows = [{"id": f"q{q}#{s}", "uid": f"q{q}", "metrics": {"em": float(q == 0 and s == 1)}}
+            for q in range(2) for s in range(4)]  # fmt: skip
+    path = tmp_path / "pass.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert pass_at_k(path) == (1 / 8, 0.5, 2)
+    assert pass_at_k(tmp_path / "missing.jsonl") is None

@@ -333,3 +333,26 @@ def test_the_refiner_reads_on_the_engine_without_the_policy_module(
     assert a.logprobs == pytest.approx(b.logprobs, abs=2e-3)
     with pytest.raises(ValueError, match="no policy module was loaded"):
         on_engine.read([transcript("It was written by x in 1901. " * 80)])
+
+
+def test_streamed_rows_come_back_as_they_finish_with_the_tokens_of_a_batch_call(
+    engine: VLLMBackend, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """`submit`/`collect` (continuous batching across turns): greedy rows give the tokens
+    `generate` gives, the shortest row comes back first, and a row submitted while others run
+    joins them."""
+    prompts = [encode(tokenizer, p) for p in PROMPTS]
+    lengths = [3, 9, 6]
+    params = [SamplingParams(max_new_tokens=n, temperature=0.0) for n in lengths]
+    batch = engine.generate(prompts, params)
+    keys = engine.submit(prompts[:2], params[:2])
+    first = engine.collect()
+    assert [key for key, _ in first] == [keys[0]]  # 3 tokens finish before 9
+    keys += engine.submit(prompts[2:], params[2:])  # joins the row still running
+    rest = []
+    while len(first) + len(rest) < 3:
+        rest += engine.collect()
+    got = dict(first + rest)
+    assert [got[k].token_ids for k in keys] == [b.token_ids for b in batch]
+    assert [len(got[k].token_ids) for k in keys] == lengths
+    assert engine.collect() == []  # nothing left in flight

@@ -100,9 +100,11 @@ def test_an_engine_that_fails_to_start_leaves_no_copy(
         raise RuntimeError("engine core initialization failed")
 
     monkeypatch.setattr(vllm_backend, "scratch_dir", scratch_here)
-    monkeypatch.setattr(vllm_backend, "_start_apart", fail)
+    monkeypatch.setattr(vllm_backend, "start_apart", fail)
     monkeypatch.setattr(vllm_backend, "import_vllm", lambda: None)
     monkeypatch.setattr(vllm_backend, "on_cpu", lambda: True)
+    apart = vllm_engine.Placement(True, in_process=False, several_ranks=False, gpu=0, sleeps=False)
+    monkeypatch.setattr(vllm_backend, "placement", lambda *a, **k: apart)
     monkeypatch.setattr(vllm_engine, "_cache_root", lambda: tmp_path / "cache")
     config = ModelConfig(vllm_process="separate")
     with pytest.raises(RuntimeError, match="initialization failed"):

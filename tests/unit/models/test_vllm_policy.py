@@ -27,6 +27,7 @@ def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
     The folder is now one per model, kept in the cache (no copy in RAM per start)."""
     model_dir = tmp_path / "model"
     tiny = tiny_model(tokenizer, hidden_size=128, num_layers=1, seed=0)  # head size 32: vLLM-CPU's
+    tiny.generation_config.eos_token_id = [tokenizer.eos_token_id, 7]  # an end-of-turn id too
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     seen: list[dict[str, Any]] = []
@@ -38,6 +39,7 @@ def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
                 "folder": folder,
                 "model_type": json.loads((folder / "config.json").read_text())["model_type"],
                 "tokenizer": (folder / "tokenizer_config.json").is_file(),
+                "eos": json.loads((folder / "generation_config.json").read_text())["eos_token_id"],
             }
         )
         backend = VLLMBackend(None, tok)
@@ -54,6 +56,7 @@ def test_the_engine_gets_a_tokenizer_folder_with_the_model_type(
     for _ in range(2):
         loading.load_policy(config, max_model_len=256)
     assert seen[0]["model_type"] == "llama" and seen[0]["tokenizer"]
+    assert seen[0]["eos"] == [tokenizer.eos_token_id, 7]  # vLLM reads every end id there
     assert seen[0]["folder"] == seen[1]["folder"]  # the same path: vLLM's compile cache key
     assert seen[0]["folder"].parent == tmp_path / "cache"
 
@@ -67,9 +70,10 @@ def test_kv_blocks_are_32_tokens_on_a_cpu_unless_set(
 ) -> None:
     """vLLM's CPU default of 128-token blocks made a reading's candidate answers re-prefill up
     to 127 prompt tokens each (the second wave cost 63 % of the first); a GPU keeps vLLM's."""
+    where = vllm_engine.Placement(cpu, in_process=True, several_ranks=False, gpu=0, sleeps=False)
     kwargs = vllm_engine.engine_kwargs(
         ModelConfig(vllm_block_size=asked), model="m", tokenizer_dir="t", dtype="bfloat16",
-        max_model_len=256, cpu=cpu,
+        max_model_len=256, where=where,
     )  # fmt: skip
     assert kwargs.get("block_size") == expected
     assert ("kv_cache_memory_bytes" in kwargs) == cpu
@@ -81,15 +85,19 @@ def test_the_engine_runs_in_this_process_on_a_cpu_unless_told_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """vLLM's own processes each import vLLM, torch and transformers again: a tiny model's
-    engine took 45 s to start in them, 9-13 s in the caller. They stay for ranks of a
-    distributed run, overlapped generation and GPUs."""
+    engine took 45 s to start in them, 9-13 s in the caller. They stay for overlapped
+    generation and for ranks of a distributed run on a CPU. On GPUs the engine is colocated
+    in the trainer's process (as TRL's and veRL's), every rank's too: the sync then hands it
+    GPU tensors with no copy through host memory."""
     for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     auto = ModelConfig()
     assert vllm_engine.runs_in_process(auto, cpu=True)
-    assert not vllm_engine.runs_in_process(auto, cpu=False)
+    assert vllm_engine.runs_in_process(auto, cpu=False)
     assert not vllm_engine.runs_in_process(auto, cpu=True, overlapped=True)
+    assert not vllm_engine.runs_in_process(auto, cpu=False, overlapped=True)
     assert vllm_engine.runs_in_process(ModelConfig(vllm_process="same"), cpu=False)
     assert not vllm_engine.runs_in_process(ModelConfig(vllm_process="separate"), cpu=True)
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert not vllm_engine.runs_in_process(auto, cpu=True)
+    assert vllm_engine.runs_in_process(auto, cpu=False)

@@ -34,7 +34,7 @@ def test_the_run_s_seed_starts_the_engine_s_stream(tokenizer: PreTrainedTokenize
     try:
         assert engine.in_process  # type: ignore[attr-defined]
         seeded = torch.Generator().manual_seed(7).get_state()  # vllm_seed 5 + the run's seed 2
-        assert torch.equal(engine._stream.state, seeded)  # type: ignore[attr-defined]
+        assert torch.equal(engine._here.stream.state, seeded)  # type: ignore[attr-defined]
         prompt = tokenizer.encode("Once upon a time, in a", add_special_tokens=False)
         params = [SamplingParams(max_new_tokens=12, temperature=1.0)]
         first = engine.generate([prompt], params)[0].token_ids

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import vllm_backend
+from searchrl.models import vllm_engine
 
 CHILD = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
 
@@ -31,9 +31,9 @@ MINE = str(len(os.sched_getaffinity(0)))
 
 
 def _start(monkeypatch: pytest.MonkeyPatch, config: ModelConfig, cpu: bool) -> Any:
-    monkeypatch.setattr(vllm_backend, "import_vllm", lambda: SimpleNamespace(LLM=StartsAProcess))
-    monkeypatch.setattr(vllm_backend, "usable_cores", lambda: 2)
-    llm, reaper = vllm_backend._start_apart({}, config, cpu)
+    monkeypatch.setattr(vllm_engine, "import_vllm", lambda: SimpleNamespace(LLM=StartsAProcess))
+    monkeypatch.setattr(vllm_engine, "usable_cores", lambda: 2)
+    llm, reaper = vllm_engine.start_apart({}, config, cpu)
     reaper.stand_down()
     return llm
 

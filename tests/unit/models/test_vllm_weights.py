@@ -16,15 +16,13 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from searchrl.config.model import ModelConfig
-from searchrl.models import vllm_backend, vllm_engine
+from searchrl.models import vllm_backend, vllm_compat, vllm_engine
 from searchrl.models.loading import tiny_model
 from searchrl.models.vllm_backend import VLLMBackend
-from searchrl.models.vllm_weights import (
-    SharedWeights,
-    SharedWeightsLoader,
-    engine_state,
-    weights_version,
-)
+from searchrl.models.vllm_engine import Placement
+from searchrl.models.vllm_weights import SharedWeights, SharedWeightsLoader
+from searchrl.models.weights import weights_version
+from searchrl.utils.errors import SearchRLError
 
 
 @pytest.fixture
@@ -70,14 +68,22 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]
         seen["config"] = json.loads((folder / "config.json").read_text())
         seen["kwargs"] = kwargs
         seen["files"] = sorted(p.name for p in folder.iterdir())
-        stream = vllm_engine.EngineStream(torch.get_rng_state()) if seen["here"] else None
-        return cls(Reloads(), tokenizer, torch.float32, stream=stream)
+        here = None
+        if seen["here"]:
+            here = vllm_compat.InProcessState(
+                vllm_compat.EngineStream(torch.get_rng_state()), False
+            )
+        return cls(Reloads(), tokenizer, torch.float32, here=here)
 
     seen["here"] = True
     monkeypatch.setattr(VLLMBackend, "create", classmethod(create))
     monkeypatch.setattr(vllm_backend, "import_vllm", lambda: None)
     monkeypatch.setattr(vllm_backend, "on_cpu", lambda: True)
-    monkeypatch.setattr(vllm_backend, "runs_in_process", lambda *a, **k: seen["here"])
+    monkeypatch.setattr(
+        vllm_backend,
+        "placement",
+        lambda *a, **k: Placement(True, seen["here"], False, 0, False),
+    )
     monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
     monkeypatch.setattr(vllm_engine, "_cache_root", lambda: tmp_path / "cache")
     monkeypatch.setattr(vllm_backend, "scratch_dir", lambda prefix: _made(tmp_path / "shm"))
@@ -149,32 +155,61 @@ def test_a_sync_into_an_engine_with_a_tied_head_is_refused(
     assert backend.llm.loaded == []
 
 
+class _Fewer(torch.nn.Module):
+    """A source with one weight less than the engine was started with."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.config = model.config
+        self.inner = model
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return dict(list(self.inner.state_dict().items())[1:])
+
+
 def test_the_shared_buffer_holds_each_tensor_exactly(tmp_path: Path, model) -> None:
     """Written in place at every sync (allocated once), read by the worker as views; a state
     with other tensors than the first is refused rather than misread."""
     shared = SharedWeights(tmp_path)
-    state = engine_state(model, torch.bfloat16)
-    layout = shared.write(state)
+    layout = shared.write(model, torch.bfloat16)
     size = shared.path.stat().st_size
     worker = _Worker()
     worker.searchrl_load_shared(str(shared.path), layout)
-    for name, tensor in state:
+    for name, tensor in model.state_dict().items():
         assert worker.loaded[name].dtype == torch.bfloat16
-        assert torch.equal(worker.loaded[name], tensor), name
+        assert torch.equal(worker.loaded[name], tensor.bfloat16()), name
     with torch.no_grad():
         model.model.norm.weight.add_(1.0)
-    shared.write(engine_state(model, torch.bfloat16))
+    shared.write(model, torch.bfloat16)
     worker.searchrl_load_shared(str(shared.path), layout)
     assert torch.equal(worker.loaded["model.norm.weight"], model.model.norm.weight.bfloat16())
     assert shared.path.stat().st_size == size
     with pytest.raises(ValueError, match="not those the engine was started with"):
-        shared.write(state[1:])
+        shared.write(_Fewer(model), torch.bfloat16)
+
+
+def test_a_shared_memory_too_small_for_the_weights_is_refused_in_one_line(
+    tmp_path: Path, model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Docker's /dev/shm is 64 MB: a 7B engine's 15 GB buffer died of SIGBUS when first
+    touched. The space is checked before the buffer is mapped."""
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(
+        "searchrl.models.vllm_weights.shutil.disk_usage", lambda _: usage(64 << 20, 0, 1 << 20)
+    )
+    with pytest.raises(SearchRLError, match=r"1 MiB free.*need [0-9]+ MiB.*--shm-size") as caught:
+        SharedWeights(tmp_path).write(model, torch.bfloat16)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "weights.bin").exists()
 
 
 def test_weights_version_follows_every_write(model: torch.nn.Module) -> None:
     """The fused AdamW kernel the trainer uses leaves torch's in-place version counter as it
-    was: an engine synced on that counter never saw an update. The fingerprint reads the
-    weights themselves."""
+    was: an engine synced on that counter never saw an update. The trainer's optimizers
+    report their steps to the counters (`track_writes`), so the fingerprint reads them and
+    not the weights; any other in-place write, and a replaced tensor, count too."""
     from searchrl.train.models import make_optimizer
 
     before = weights_version(model)
@@ -183,23 +218,38 @@ def test_weights_version_follows_every_write(model: torch.nn.Module) -> None:
         model.model.layers[0].self_attn.q_proj.weight[0, 0] += 1.0
     assert weights_version(model) != before
     optimizer = make_optimizer(model, 1e-3, 0.0)
+    assert optimizer.defaults.get("fused")  # the kernel the counters would have missed
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
-    versions = [p._version for p in model.parameters()]
     again = weights_version(model)
     optimizer.step()
     assert weights_version(model) != again
-    if optimizer.defaults.get("fused"):  # what the counter would have missed
-        assert [p._version for p in model.parameters()] == versions
     now = weights_version(model)
-    model.load_state_dict(model.state_dict())  # the same values again
-    assert weights_version(model) == now
+    model.load_state_dict(model.state_dict())  # a write, even of the same values
+    assert weights_version(model) != now
+    now = weights_version(model)
+    norm = model.model.norm
+    norm.weight.data = norm.weight.data.clone()  # a replaced tensor
+    assert weights_version(model) != now
+
+
+def test_weights_version_reads_no_weight(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Summing every weight's bits took 8-20 s a rollout for a 7B model's offloaded shards;
+    the fingerprint reads counters only, so it works on the meta device, which has no data
+    to read."""
+    with torch.device("meta"):
+        module = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0)
+    before = weights_version(module)
+    assert isinstance(before, int) and weights_version(module) == before
+    with torch.no_grad():
+        module.model.norm.weight.mul_(2.0)
+    assert weights_version(module) != before
 
 
 def test_the_engine_s_stream_is_kept_apart_from_the_caller_s() -> None:
     """An engine in this process samples from torch's global stream: each call swaps its own
     in, so the caller's draws do not depend on how much the engine sampled, and back."""
     torch.manual_seed(0)
-    stream = vllm_engine.EngineStream(torch.get_rng_state())
+    stream = vllm_compat.EngineStream(torch.get_rng_state())
     torch.manual_seed(1)
     expected_caller = torch.rand(3)
     torch.manual_seed(1)
@@ -211,3 +261,20 @@ def test_the_engine_s_stream_is_kept_apart_from_the_caller_s() -> None:
     torch.manual_seed(0)
     assert torch.equal(caller, expected_caller)
     assert torch.equal(torch.cat([first, second]), torch.rand(4))
+
+
+def test_weights_digest_is_the_same_for_the_same_values_anywhere(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """The RL pool's screening cache is keyed by the start policy's weights across runs: its
+    digest reads the values (two separate copies agree), unlike `weights_version`, whose
+    counters and addresses belong to one process."""
+    from searchrl.models.weights import weights_digest
+
+    first = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0)
+    second = tiny_model(tokenizer, hidden_size=32, num_layers=1, seed=0)
+    assert weights_digest(first) == weights_digest(second)
+    assert weights_version(first) != weights_version(second)
+    with torch.no_grad():
+        second.model.norm.weight.add_(1.0)
+    assert weights_digest(first) != weights_digest(second)

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from tests.unit.train.fakes import tiny_llama
 
-from searchrl.models.vllm_weights import weights_version
+from searchrl.models.generation import WeightSyncable
+from searchrl.models.weights import weights_version
 from searchrl.train.environment import sync_generation_weights
 from searchrl.train.models import make_optimizer
 
@@ -17,13 +18,19 @@ from searchrl.train.models import make_optimizer
 class Recording:
     """A backend that records the syncs it is asked for."""
 
+    owns_weights = True
+
     def __init__(self, policy: torch.nn.Module) -> None:
         self.synced_version: Any = weights_version(policy)  # started on these weights
         self.syncs = 0
 
-    def sync_weights(self, source: torch.nn.Module, version: Any = None) -> None:
+    def sync_weights(self, source: torch.nn.Module, version: Any = None) -> bool:
         self.syncs += 1
         self.synced_version = version
+        return True
+
+    def release(self) -> None:
+        self.synced_version = None  # as a sleeping engine discards its weights
 
 
 def test_weights_reach_the_engine_only_after_they_change() -> None:
@@ -41,3 +48,7 @@ def test_weights_reach_the_engine_only_after_they_change() -> None:
         policy.model.norm.weight.mul_(0.5)
     sync_generation_weights(backend, policy)
     assert backend.syncs == 2
+    assert isinstance(backend, WeightSyncable)
+    backend.release()  # the engine slept through the update: unchanged weights reload
+    sync_generation_weights(backend, policy)
+    assert backend.syncs == 3

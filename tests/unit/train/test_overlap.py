@@ -25,13 +25,20 @@ from searchrl.types import Question, Trajectory
 class VersionedEngine:
     """A backend that holds its own copy of the weights; rollouts record which copy."""
 
+    owns_weights = True
+
     def __init__(self) -> None:
         self.weights: dict[str, torch.Tensor] = {}
         self.syncs = 0
+        self.synced_version: int | None = None
 
-    def sync_weights(self, source: torch.nn.Module) -> None:
+    def sync_weights(self, source: torch.nn.Module, version: int | None = None) -> bool:
         self.weights = {k: v.detach().clone() for k, v in source.state_dict().items()}
         self.syncs += 1
+        return True
+
+    def release(self) -> None:
+        """It never sleeps."""
 
     def generate(self, prompts, params):  # type: ignore[no-untyped-def]
         raise AssertionError("the fake rollout does not generate")
@@ -192,3 +199,61 @@ def test_overlap_needs_the_correction_and_an_engine_with_its_own_weights() -> No
         check_overlap(config, sharing)
     copying = HFBackend(policy, tokenizer, max_batch_size=2, generation_dtype=torch.bfloat16)
     check_overlap(config, copying)
+
+
+class LoadedWeights:
+    """`vllm.LLM` as far as a sync goes: it keeps the weights the last reload handed it."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def collective_rpc(self, method: str, kwargs: dict[str, object]) -> list[None]:
+        assert method == "reload_weights"
+        self.weights = {k: v.clone() for k, v in kwargs["weights_iterator"]}  # type: ignore[attr-defined]
+        return [None]
+
+    def reset_prefix_cache(self) -> None:
+        pass
+
+
+def test_two_steps_ahead_on_the_vllm_backend_syncs_the_kept_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finding 6: with `max_staleness >= 2` a planned rollout syncs a `WeightSnapshot` (the
+    weights of a version the engine does not hold yet), and the vLLM backend's sync read a
+    fingerprint from it with `.parameters()`: AttributeError at the second step. A snapshot
+    now always loads, and the engine samples each step with the weights it was planned on."""
+    from searchrl.models import vllm_backend
+    from searchrl.models.vllm_backend import VLLMBackend
+
+    monkeypatch.setattr(vllm_backend, "exit_on_sigterm", lambda: None)
+    llm = LoadedWeights()
+    vllm = VLLMBackend(llm, None, torch.float32)
+    vllm.head_untied = True
+    engine = SharedEngine(vllm)
+    config = tiny_config(
+        batch_size=2, mini_batch_size=2, steps=4, overlap={"enabled": True, "max_staleness": 2},
+        algo={"behaviour_correction": "auto"},
+    )  # fmt: skip
+    policy = prepare_policy(tiny_llama(), config.policy)
+    sampled: list[dict[str, torch.Tensor]] = []
+
+    def rollout(qs, *, n_samples, seed, greedy):  # type: ignore[no-untyped-def]
+        with engine.lock:
+            sampled.append(dict(llm.weights))
+        return scripted_rollout(qs, n_samples=n_samples, seed=seed, greedy=greedy)
+
+    trainer = Trainer(config, policy, None, frozen_reference(policy, False), 0, rollout,
+                      em_reward, questions(8))  # fmt: skip
+    overlapped = attach(trainer, engine, rollout, policy)
+    versions = [snapshot(policy)]
+    staleness = []
+    for _ in range(4):
+        trainer.step()
+        staleness.append(overlapped.metrics()["overlap/staleness"])
+        versions.append(snapshot(policy))
+    overlapped.close()
+    vllm._closed = True
+    assert max(staleness) == 2.0
+    assert same(sampled[0], versions[0])
+    assert all(any(same(s, v) for v in versions[:-1]) for s in sampled)  # whole versions only

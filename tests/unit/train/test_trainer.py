@@ -245,6 +245,22 @@ def test_train_layers_freezes_everything_below_the_top_layers() -> None:
     assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed)
 
 
+def test_lora_with_train_layers_adapts_only_the_top_layers() -> None:
+    trainer = make_trainer(policy={"autocast": "fp32", "train_layers": 1, "lora_rank": 4})
+    trained = {n for n, p in trainer.policy.named_parameters() if p.requires_grad}
+    assert trained and all(".layers.1." in n and "lora_" in n for n in trained)
+    before = weights(trainer)
+    trainer.step()
+    after = weights(trainer)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(".layers.1." in k and "lora_" in k for k in changed)
+
+
+def test_train_layers_beyond_the_model_trains_every_layer() -> None:
+    trainer = make_trainer(policy={"autocast": "fp32", "train_layers": 10})  # 2 layers
+    assert all(p.requires_grad for p in trainer.policy.parameters())
+
+
 def engine_rollout(behaviour: float):  # type: ignore[no-untyped-def]
     """The scripted rollout with every policy token's engine log-prob set to `behaviour`."""
 
