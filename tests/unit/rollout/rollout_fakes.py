@@ -1,5 +1,6 @@
-"""Fakes for the rollout tests: a backend that writes scripted text as real token ids, and an
-in-memory retriever that can be told to fail."""
+"""Fakes for the rollout tests: a backend that writes scripted text as real token ids (also
+behind a streaming engine's `submit`/`collect`), and an in-memory retriever that can be told
+to fail."""
 
 from __future__ import annotations
 
@@ -49,6 +50,32 @@ class ScriptedBackend:
     @property
     def generated(self) -> list[Generation]:
         return [g for call in self.calls for g in call]
+
+
+class StreamingBackend(ScriptedBackend):
+    """The scripted backend behind `submit`/`collect`: each `collect` finishes one row, the
+    one with the shortest output first (as an engine finishes short turns first)."""
+
+    streams = True
+
+    def __init__(self, tokenizer, script) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(tokenizer, script)
+        self.pending: dict[str, Generation] = {}
+        self.largest_flight = 0
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
+        keys = []
+        for prompt, p in zip(prompts, params, strict=True):
+            keys.append(f"k{len(self.generated) + len(self.pending)}-{len(keys)}")
+            self.pending[keys[-1]] = self._one(list(prompt), p)
+        self.largest_flight = max(self.largest_flight, len(self.pending))
+        return keys
+
+    def collect(self) -> list[tuple[str, Generation]]:
+        key = min(self.pending, key=lambda k: len(self.pending[k].token_ids))
+        out = self.pending.pop(key)
+        self.calls.append([out])
+        return [(key, out)]
 
 
 class DictRetriever:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rollout_fakes import DictRetriever, ScriptedBackend
+from rollout_fakes import DictRetriever, ScriptedBackend, StreamingBackend
 
 from searchrl.config.rollout import RolloutConfig
 from searchrl.rollout.loop import run_rollouts
@@ -51,3 +51,18 @@ def test_a_chunked_turn_is_the_turn_one_call_gives(tokenizer, docs) -> None:
         first_turn = chunked.segments[0]
         assert tokenizer.decode(first_turn.token_ids) == first_turn.text
         assert len(first_turn.token_ids) == len(first_turn.logprobs or [])
+
+
+def test_a_chunked_turn_streams_as_the_turn_one_call_gives(tokenizer, docs) -> None:
+    """Behind a streaming engine (`rollout.streaming`) each chunk is submitted with the tokens
+    of the turn so far: the scripted model, which resumes mid-turn, writes the same turns."""
+    whole, _ = _roll(tokenizer, docs, 0)
+    config = dataclasses.replace(RolloutConfig(), max_turns=1, decode_chunk=16, temperature=0)
+    backend = StreamingBackend(tokenizer, continuing)
+    (streamed,) = run_rollouts(backend, tokenizer, DictRetriever(docs), [FRANCE], config)
+    assert [s.text for s in streamed.segments] == [s.text for s in whole.segments]
+    assert streamed.searches[0].query == "France capital" and streamed.answer == "Paris"
+    assert streamed.stats.stop_reason == "answer" and streamed.stats.turns == 2
+    assert len(backend.calls) > 2  # the first turn took several collects
+    first_turn = streamed.segments[0]
+    assert len(first_turn.token_ids) == len(first_turn.logprobs or []) > 16

@@ -5,12 +5,10 @@ loop (segments, masks, searches, answers, stop reasons)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
-from rollout_fakes import DictRetriever, ScriptedBackend
+from rollout_fakes import DictRetriever, ScriptedBackend, StreamingBackend
 
 from searchrl.config.rollout import RolloutConfig
-from searchrl.models.generation import Generation, SamplingParams
 from searchrl.rollout.loop import run_rollouts
 from searchrl.types import Question, Trajectory
 
@@ -31,32 +29,6 @@ def searches(context: str) -> str:
     if seen < wanted:
         return f"<think>Step {seen}.</think>\n<search> capital {seen} </search>"
     return "<think>Enough.</think>\n<answer> Berlin </answer>"
-
-
-class StreamingBackend(ScriptedBackend):
-    """The scripted backend behind `submit`/`collect`: each `collect` finishes one row, the
-    one with the shortest output first (as an engine finishes short turns first)."""
-
-    streams = True
-
-    def __init__(self, tokenizer, script) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(tokenizer, script)
-        self.pending: dict[str, Generation] = {}
-        self.largest_flight = 0
-
-    def submit(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list:
-        keys = []
-        for prompt, p in zip(prompts, params, strict=True):
-            keys.append(f"k{len(self.generated) + len(self.pending)}-{len(keys)}")
-            self.pending[keys[-1]] = self._one(list(prompt), p)
-        self.largest_flight = max(self.largest_flight, len(self.pending))
-        return keys
-
-    def collect(self) -> list[tuple[str, Generation]]:
-        key = min(self.pending, key=lambda k: len(self.pending[k].token_ids))
-        out = self.pending.pop(key)
-        self.calls.append([out])
-        return [(key, out)]
 
 
 def untimed(traj: Trajectory) -> dict:
