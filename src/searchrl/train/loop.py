@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -208,10 +209,13 @@ class Trainer:
         return metrics, sampled
 
     def _skip_update(self) -> None:
-        """No usable group this step: no gradient, but the schedules still advance."""
-        self.scheduler.step()
-        if self.critic_scheduler is not None:
-            self.critic_scheduler.step()
+        """No usable group this step: no gradient, but the schedules still advance. (Torch
+        warns when a schedule steps before its optimizer ever has; here that is the intent.)"""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.scheduler.step()
+            if self.critic_scheduler is not None:
+                self.critic_scheduler.step()
 
     def _score(self, trajectories: Sequence[Trajectory]) -> None:
         """Reward breakdowns for a round's trajectories, all in one call so a batch reward
