@@ -22,8 +22,8 @@ RECIPE = "tiny_cpu_grpo"
 DEMO_DIFFERENCES: dict[str, tuple[object, object, str]] = {
     "steps": (30, 8, "the time budget: the demo has minutes, the recipe's evidence an hour a seed"),
     "save_every": (10, 8, "one checkpoint, at the end"),
-    "screen.max_questions": (0, 32, "screening every pool question takes the recipe ~40 "
-                             "minutes on one core; 32 of them (~16 kept) is the demo's pool"),
+    "screen.max_questions": (0, 64, "screening every pool question takes the recipe ~40 "
+                             "minutes on one core; 64 of them keep ~30, more than a batch"),
     "signal.probe_every": (10, 8, "a probe before and after RL (each probe is ~64 rollouts)"),
     "signal.probe_questions": (32, 16, "16 questions sampled 4 times: about a minute a probe"),
     "model.name_or_path": ("embedded-warm", "embedded",
