@@ -62,7 +62,7 @@ from searchrl.train.models import (
 )
 from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 from searchrl.train.sampling import PromptSampler, hop_weights
-from searchrl.train.signal import Anchor, Probe, SignalMeter
+from searchrl.train.signal import SignalMeter
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -155,13 +155,9 @@ class Trainer:
             entropy_coef=algo.entropy_coef,
             value_clip=algo.value_clip,
         )
-        signal, probe = config.signal, None
-        if signal.probe_every and probe_questions:
-            probe = Probe(
-                probe_questions, signal.probe_samples, config.seed * 7_919 + 1, pad_id,
-                config.micro_batch_size, self.settings.bf16, self.settings.temperature,
-            )  # fmt: skip
-        self.meter = SignalMeter(Anchor(policy), probe, signal.probe_every)
+        self.meter = SignalMeter.for_run(
+            config, policy, probe_questions, pad_id, self.settings.bf16, self.settings.temperature
+        )
         """The learning signal (`train.signal`): informative groups, distance moved, probe."""
 
     # ---- the pipeline -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from searchrl.config.train import TrainConfig
 from searchrl.train.collate import collate
 from searchrl.train.logprobs import batched_logprobs
 from searchrl.train.models import evaluating
@@ -235,6 +236,20 @@ class SignalMeter:
     probe: Probe | None
     every: int
     budget: SignalBudget = field(default_factory=SignalBudget)
+
+    @classmethod
+    def for_run(
+        cls, config: TrainConfig, policy: nn.Module, questions: Sequence[Question], pad_id: int,
+        bf16: bool, temperature: float,
+    ) -> SignalMeter:  # fmt: skip
+        """The meter `config.signal` asks for: a probe only with a period and questions."""
+        signal, probe = config.signal, None
+        if signal.probe_every and questions:
+            probe = Probe(
+                questions, signal.probe_samples, config.seed * 7_919 + 1, pad_id,
+                config.micro_batch_size, bf16, temperature,
+            )  # fmt: skip
+        return cls(Anchor(policy), probe, signal.probe_every)
 
     def after_step(
         self, counts: dict[str, float], trajectories: int, seconds: float, cpu_seconds: float
