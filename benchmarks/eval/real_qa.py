@@ -135,7 +135,8 @@ def all_stages() -> list[str]:
 
 class Times:
     """Wall and CPU seconds of every stage (children's user + system time), in OUT/times.json;
-    a stage resumed in several sessions adds up."""
+    a stage resumed in several sessions adds up, and stages run by several processes at once
+    into one OUT are all kept (the file is read again before each write)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -159,6 +160,8 @@ class Times:
             code = proc.wait()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if self.path.is_file():  # another process may have run stages meanwhile: add to them
+            self.rows = json.loads(self.path.read_text())
         row = self.rows.setdefault(stage, {"wall_s": 0.0, "cpu_s": 0.0})
         row["wall_s"] += time.monotonic() - start
         row["cpu_s"] += cpu

@@ -121,3 +121,17 @@ def test_the_table_and_the_archive_read_what_the_stages_left(tmp_path: Path) -> 
         "gold_shown": True,
     }  # fmt: skip
     assert tmp_path / "archive" / "MANIFEST.json" in written
+
+
+def test_stage_times_of_two_processes_into_one_out_are_both_kept(tmp_path: Path) -> None:
+    """Two `real_qa.py` runs into one OUT (a training beside an evaluation) each hold a
+    `Times`; the one that writes last must not drop the other's stage."""
+    path = tmp_path / "times.json"
+    first, second = real_qa.Times(path), real_qa.Times(path)
+    command = [sys.executable, "-c", "pass"]
+    first.run("train:sft", command, tmp_path / "a.log")
+    second.run("eval:shipped", command, tmp_path / "b.log")
+    second.run("eval:shipped", command, tmp_path / "b.log")
+    rows = json.loads(path.read_text())
+    assert set(rows) == {"train:sft", "eval:shipped"}
+    assert rows["eval:shipped"]["wall_s"] > 0 and rows["train:sft"]["wall_s"] > 0
