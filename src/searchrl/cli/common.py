@@ -3,10 +3,12 @@ anything heavy is loaded, and the default model of the interactive commands."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from searchrl.utils.errors import SearchRLError
 
@@ -15,6 +17,14 @@ ForceOption = Annotated[
 ]
 RUNS_DIR = Path("runs")
 """Where `searchrl demo`, `train` and `sft` write their run folders by default (the README)."""
+
+
+def wide_console(stderr: bool = False) -> Console:
+    """A console that does not squeeze tables to 80 columns when output goes to a pipe or a
+    log file (benchmarks keep every stage's output): 160 columns there, the terminal's width
+    on a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 class InputError(SearchRLError):

@@ -3,15 +3,13 @@ corpus-coverage statistics and format conversion. Each parses options and calls 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from searchrl.cli.common import ForceOption, require_file
+from searchrl.cli.common import ForceOption, require_file, wide_console
 from searchrl.cli.options import SeedOption, SetOption, joined, settings
 from searchrl.config.data import WORLD_PRESETS, WorldConfig, world_preset
 from searchrl.config.errors import OverrideError
@@ -23,11 +21,6 @@ from searchrl.data.stats import QAStats, file_stats, load_corpus_index
 from searchrl.data.world import generate_world, write_world
 from searchrl.utils.output import atomic_directory, atomic_path, check_output
 from searchrl.utils.progress import progress_bar
-
-
-def _console() -> Console:
-    """A console that does not squeeze tables to 80 columns when output is piped."""
-    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def world(
@@ -73,7 +66,7 @@ def world(
         raise DataError(f"cannot generate this world: {err}") from None
     with atomic_directory(out, force=force) as tmp:
         manifest = write_world(generated, tmp)
-    console = _console()
+    console = wide_console()
     console.print(
         f"{manifest['entities']} entities, {manifest['passages']} passages, "
         f"questions {manifest['questions']} → {out}"
@@ -96,7 +89,7 @@ def list_benchmarks() -> None:
     for b in BENCHMARKS:
         domain = "in-domain" if b.in_domain else "out-of-domain"
         table.add_row(b.name, b.eval_split, domain, b.category, b.description)
-    _console().print(table)
+    wide_console().print(table)
 
 
 def _percent(value: float | None) -> str:
@@ -126,7 +119,7 @@ def stats(
         rows = file_stats(files, index=index, progress=advance)
     for row in rows:
         table.add_row(*_stats_cells(row))
-    _console().print(table)
+    wide_console().print(table)
 
 
 def _stats_cells(row: QAStats) -> list[str]:
@@ -157,7 +150,7 @@ def convert_command(
     check_output(dst, force=force, kind="file")
     with atomic_path(dst, force=force) as tmp:
         count = convert(src, tmp, split, source)
-    _console().print(f"{count} questions: {src} → {dst}")
+    wide_console().print(f"{count} questions: {src} → {dst}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from searchrl.cli.common import ForceOption
+from searchrl.cli.common import ForceOption, wide_console
 from searchrl.cli.options import (
     KEY,
     ConfigOption,
@@ -175,7 +174,7 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
         "",
         "",
     )
-    console = Console()
+    console = wide_console()
     console.print(table)
     if summary.get("failures"):
         console.print(failure_rich_table(summary["failures"]))
@@ -252,7 +251,7 @@ def compare(
             str(r["ties"]),
             f"{r['p_value']:.3g}",
         )
-    Console().print(table)
+    wide_console().print(table)
     if result["unmatched"]:
         typer.echo(f"{result['unmatched']} questions are in only one of the two runs (left out)")
     if out is not None:
@@ -297,7 +296,7 @@ def judge(
     for dim in DIMENSIONS:
         c = result["overall"][dim]
         table.add_row(dim, str(c["wins"]), str(c["losses"]), str(c["ties"]), str(c["unscored"]))
-    Console().print(table)
+    wide_console().print(table)
     typer.echo(f"{result['pairs']} pairs")
     if out is not None:
         write_json(result, out, force=force)

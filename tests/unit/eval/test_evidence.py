@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rollout_fakes import DictRetriever, ScriptedBackend
 
-from searchrl.cli.eval import failure_rich_table
+from searchrl.cli.eval import _print_summary, failure_rich_table
 from searchrl.config.eval import EvalConfig
 from searchrl.config.rollout import RolloutConfig
 from searchrl.data.comparison import is_comparison
@@ -103,6 +103,23 @@ def test_every_wrong_answer_has_one_cause() -> None:
     console.print(failure_rich_table(table))
     text = console.export_text()
     assert "shown, wrong" in text and "1 / 2 right" in text and "neither column" in text
+
+
+def test_the_eval_tables_are_not_squeezed_into_a_log(capsys) -> None:
+    """Piped into a benchmark's log, `searchrl eval`'s tables keep their columns whole
+    (rich's 80-column default wrapped "shown, wrong" and every interval over two lines)."""
+    counts = {"n": 100, "right": 17, "no_answer": 0, "comparison": 2, "shown_wrong": 67,
+              "never_shown": 14, "comparisons": 3, "comparisons_right": 1, "gold_shown": 85}
+    block = {"n": 100, "em": {"mean": 0.17, "low": 0.109, "high": 0.255}, "f1": {"mean": 0.2},
+             "subem": {"mean": 0.2}, "searches": {"mean": 1.04}, "tokens": {"mean": 104.0}}
+    summary = {"method": "sft", "model": "embedded-warm", "by_set": {"2wikimultihopqa": block},
+               "overall": block, "average": block, "missing": 0,
+               "failures": {"2wikimultihopqa": counts, "all": counts}}  # fmt: skip
+    _print_summary(summary, Path("runs/some/where"))
+    lines = capsys.readouterr().out.splitlines()
+    assert any("2wikimultihopqa" in line and "0.170 [0.109, 0.255]" in line for line in lines)
+    assert any("shown, wrong" in line and "gold shown" in line for line in lines)
+    assert any("2wikimultihopqa" in line and "1 / 3 right" in line for line in lines)
 
 
 def test_gold_matching_is_normalized_whole_words() -> None:
