@@ -108,10 +108,25 @@ def test_every_wrong_answer_has_one_cause() -> None:
 def test_the_eval_tables_are_not_squeezed_into_a_log(capsys) -> None:
     """Piped into a benchmark's log, `searchrl eval`'s tables keep their columns whole
     (rich's 80-column default wrapped "shown, wrong" and every interval over two lines)."""
-    counts = {"n": 100, "right": 17, "no_answer": 0, "comparison": 2, "shown_wrong": 67,
-              "never_shown": 14, "comparisons": 3, "comparisons_right": 1, "gold_shown": 85}
-    block = {"n": 100, "em": {"mean": 0.17, "low": 0.109, "high": 0.255}, "f1": {"mean": 0.2},
-             "subem": {"mean": 0.2}, "searches": {"mean": 1.04}, "tokens": {"mean": 104.0}}
+    counts = {
+        "n": 100,
+        "right": 17,
+        "no_answer": 0,
+        "comparison": 2,
+        "shown_wrong": 67,
+        "never_shown": 14,
+        "comparisons": 3,
+        "comparisons_right": 1,
+        "gold_shown": 85,
+    }
+    block = {
+        "n": 100,
+        "em": {"mean": 0.17, "low": 0.109, "high": 0.255},
+        "f1": {"mean": 0.2},
+        "subem": {"mean": 0.2},
+        "searches": {"mean": 1.04},
+        "tokens": {"mean": 104.0},
+    }
     summary = {"method": "sft", "model": "embedded-warm", "by_set": {"2wikimultihopqa": block},
                "overall": block, "average": block, "missing": 0,
                "failures": {"2wikimultihopqa": counts, "all": counts}}  # fmt: skip
