@@ -4,11 +4,20 @@ and merged back by the loader."""
 from __future__ import annotations
 
 import copy
+import json
 
 import torch
 
 from searchrl.models.loading import tiny_model
-from searchrl.models.warm import TARGETS, low_rank_adapter, merge_adapter
+from searchrl.models.warm import (
+    TARGETS,
+    adapter_card,
+    low_rank_adapter,
+    merge_adapter,
+    shipped_adapter,
+)
+
+SEVEN_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 
 def _changed(base: torch.nn.Module, rank: int, seed: int) -> torch.nn.Module:
@@ -53,3 +62,21 @@ def test_a_lower_rank_keeps_part_of_the_change(tokenizer, tmp_path) -> None:
         if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in TARGETS
     )
     assert fidelity.parameters == per_rank
+
+
+def test_the_shipped_adapter_s_card_describes_it_and_carries_its_seven_set_scores() -> None:
+    """What `embedded-warm` loads is what its card says (rank, size), scored on the seven sets
+    of Table 2 with intervals (issue 64: the old card had no score)."""
+    folder = shipped_adapter()
+    card = adapter_card(folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert card["rank"] == config["r"] == card["fidelity"]["rank"]
+    assert card["fidelity"]["bytes"] == (folder / "adapter_model.safetensors").stat().st_size
+    assert 0 < card["fidelity"]["kept_energy"] <= 1
+    table2 = card["table2"]
+    for name in SEVEN_SETS:
+        score = table2[name]
+        assert score["low"] <= score["mean"] <= score["high"] and score["n"] in (84, 100)
+    assert table2["avg"]["low"] <= table2["avg"]["mean"] <= table2["avg"]["high"]
+    assert table2["searches_per_question"] > 0
+    assert set(card["held_out_em"]) >= {"previous", f"r{card['rank']}"}
