@@ -154,8 +154,10 @@ def ship(args: argparse.Namespace, rank: int, names: list[str]) -> None:
         "source": args.source or str(args.tuned),
         "fidelity": json.loads((args.out / "fidelity.json").read_text()).get(f"r{rank}"),
         # `shipped` was evaluated before this adapter replaced it: the card calls it `previous`
-        "held_out_em": {("previous" if n == "shipped" else n): s["overall"]["em"]["mean"]
-                        for n, s in summaries.items()},  # fmt: skip
+        "held_out_em": {
+            ("previous" if n == "shipped" else n): s["overall"]["em"]["mean"]
+            for n, s in summaries.items()
+        },
         "held_out": list(HELD_OUT),
         "budgets": list(BUDGETS),
     }
