@@ -38,6 +38,7 @@ BUDGETS = ("rollout.max_response_tokens=200", "rollout.max_obs_tokens=500",
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tuned", type=Path, required=True, help="The full warm start's model dir.")
+    p.add_argument("--base", default="embedded", help="The model the warm start was tuned from.")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--ranks", default="8,16,32")
     p.add_argument("--index", type=Path, required=True)
@@ -60,7 +61,7 @@ def extract(args: argparse.Namespace, ranks: list[int]) -> None:
     from searchrl.models.loading import load_model
     from searchrl.models.warm import low_rank_adapter, merge_adapter
 
-    base = load_model(ModelConfig(name_or_path="embedded", dtype="float32"))
+    base = load_model(ModelConfig(name_or_path=args.base, dtype="float32"))
     tuned = load_model(ModelConfig(name_or_path=str(args.tuned), dtype="float32")).model
     rows = {}
     for rank in ranks:
@@ -168,6 +169,9 @@ def ship(args: argparse.Namespace, rank: int, names: list[str]) -> None:
 
 
 def main() -> None:
+    from searchrl.utils.quiet import quiet_libraries
+
+    quiet_libraries()  # before transformers is imported: its "Writing model shards" bar
     args = parse_args()
     ranks = [int(r) for r in args.ranks.split(",")]
     names = ["base", "full", *(f"r{r}" for r in ranks), "shipped"]

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -80,3 +84,25 @@ def test_the_shipped_adapter_s_card_describes_it_and_carries_its_seven_set_score
     assert table2["avg"]["low"] <= table2["avg"]["mean"] <= table2["avg"]["high"]
     assert table2["searches_per_question"] > 0
     assert set(card["held_out_em"]) >= {"previous", f"r{card['rank']}"}
+
+
+def test_the_adapter_benchmark_extracts_ranks_without_library_progress_bars(
+    tokenizer, tmp_path
+) -> None:
+    """`benchmarks/training/warm_adapter.py extract` writes each rank's adapter and merged model
+    and prints our lines only (transformers' "Writing model shards" bar came through before)."""
+    base = tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+    for name, model in (("base", base), ("tuned", _changed(base, rank=4, seed=3))):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "training" / "warm_adapter.py"
+    env = {k: v for k, v in os.environ.items() if k != "SEARCHRL_VERBOSE"}
+    argv = [sys.executable, str(script), "--base", str(tmp_path / "base"), "--tuned",
+            str(tmp_path / "tuned"), "--out", str(tmp_path / "out"), "--ranks", "2,4",
+            "--index", str(tmp_path), "--stages", "extract"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    printed = done.stdout + done.stderr
+    assert "Writing model shards" not in printed and "it/s" not in printed, printed
+    fidelity = json.loads((tmp_path / "out" / "fidelity.json").read_text())
+    assert fidelity["r4"]["kept_energy"] > 0.9999 > fidelity["r2"]["kept_energy"]
+    assert (tmp_path / "out" / "r2" / "model" / "config.json").is_file()
