@@ -39,8 +39,6 @@ from searchrl.config.train import TrainConfig
 from searchrl.models.loading import engine_matches_trainer
 from searchrl.reward.outcome import RewardFn
 from searchrl.reward.scoring import score_batch
-from searchrl.train import checkpoint as ckpt
-from searchrl.train import fsdp
 from searchrl.train.collate import collate
 from searchrl.train.collect import Collector
 from searchrl.train.joint import RowLayout, joint_rows
@@ -63,6 +61,7 @@ from searchrl.train.models import (
 from searchrl.train.ports import Distributed, RefineFn, RolloutFn
 from searchrl.train.sampling import PromptSampler, hop_weights
 from searchrl.train.signal import SignalMeter
+from searchrl.train.trainer_state import restore_trainer, save_trainer, trainer_state
 from searchrl.train.update import (
     Experience,
     MicroLoss,
@@ -72,9 +71,6 @@ from searchrl.train.update import (
     policy_micro_loss,
 )
 from searchrl.types import Question, Trajectory
-
-SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer", "signal")
-"""Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
 
 class Trainer:
@@ -363,53 +359,13 @@ class Trainer:
         return eval_metrics(trajectories, sources), trajectories
 
     def state(self) -> dict[str, Any]:
-        """Everything an exact resume needs."""
-        parts: dict[str, Any] = {
-            "policy": ckpt.trainable_state(self.policy),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "trainer": {
-                "step": self.step_count,
-                "sampler": self.sampler.state(),
-                "rng": ckpt.rng_state(),
-            },
-            "signal": self.meter.state(),
-        }
-        if self.critic is not None:
-            assert self.critic_optimizer is not None and self.critic_scheduler is not None
-            parts["critic"] = ckpt.trainable_state(self.critic)
-            parts["critic_optimizer"] = self.critic_optimizer.state_dict()
-            parts["critic_scheduler"] = self.critic_scheduler.state_dict()
-        return parts
+        """Everything an exact resume needs (`train.trainer_state`)."""
+        return trainer_state(self)
 
     def save(self, root: Path) -> Path:
         """Atomically write a checkpoint of the current step (sharded: every rank calls it)."""
-        if self.dist.sharded:
-            small = {k: v for k, v in self.state().items() if k in SMALL_PARTS}
-            return fsdp.save_checkpoint(root, self, small, self.config.keep_checkpoints)
-        return ckpt.save_checkpoint(
-            root, self.step_count, self.state(), self.config.keep_checkpoints
-        )
+        return save_trainer(self, root)
 
     def restore(self, path: Path) -> None:
         """Load a checkpoint written by `save`: weights, optimizers, schedules, RNG, data."""
-        if self.dist.sharded:
-            parts = fsdp.load_checkpoint(path, self)
-        else:
-            parts = ckpt.load_checkpoint(path)
-            ckpt.load_trainable(self.policy, parts["policy"])
-            self.optimizer.load_state_dict(parts["optimizer"])
-        self.scheduler.load_state_dict(parts["scheduler"])
-        if self.critic is not None:
-            assert self.critic_optimizer is not None and self.critic_scheduler is not None
-            if not self.dist.sharded:
-                ckpt.load_trainable(self.critic, parts["critic"])
-                self.critic_optimizer.load_state_dict(parts["critic_optimizer"])
-            self.critic_scheduler.load_state_dict(parts["critic_scheduler"])
-        trainer = parts["trainer"]
-        self.step_count = trainer["step"]
-        self.sampler.load_state(trainer["sampler"])
-        if "signal" in parts:  # checkpoints from before the signal budget have none
-            self.meter.load_state(parts["signal"])
-        if not self.dist.sharded:  # sharded: each rank restored its own RNG state
-            ckpt.restore_rng(trainer["rng"])
+        restore_trainer(self, path)
