@@ -158,6 +158,7 @@ class Times:
             assert proc.stdout is not None
             for line in iter(proc.stdout.readline, b""):
                 handle.write(line)
+                handle.flush()  # the log can be followed while the stage runs
                 sys.stdout.buffer.write(line)
                 sys.stdout.flush()
             code = proc.wait()

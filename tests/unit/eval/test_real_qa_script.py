@@ -135,3 +135,23 @@ def test_stage_times_of_two_processes_into_one_out_are_both_kept(tmp_path: Path)
     rows = json.loads(path.read_text())
     assert set(rows) == {"train:sft", "eval:shipped"}
     assert rows["eval:shipped"]["wall_s"] > 0 and rows["train:sft"]["wall_s"] > 0
+
+
+def test_a_stage_s_log_can_be_followed_while_it_runs(tmp_path: Path) -> None:
+    """A stage's lines reach OUT/logs/<stage>.log as they are printed (the log of an hour-long
+    training stayed empty until the stage ended): the stage below fails unless it finds its
+    own first line in the log while it is still running."""
+    log = tmp_path / "stage.log"
+    child = (
+        "import sys, time, pathlib\n"
+        "print('screening: 32/128 questions', flush=True)\n"
+        "log = pathlib.Path(sys.argv[1])\n"
+        "for _ in range(100):\n"
+        "    if log.is_file() and b'32/128' in log.read_bytes(): sys.exit(0)\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit(1)\n"
+    )
+    real_qa.Times(tmp_path / "times.json").run(
+        "train:x", [sys.executable, "-c", child, str(log)], log
+    )
+    assert "32/128" in log.read_text()
