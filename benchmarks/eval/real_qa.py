@@ -93,11 +93,11 @@ PAIRS = (
     ("search-r1", "rag-ft"), ("search-r1", "sft"), ("search-r1", "search-r1-unmasked"),
     ("search-r1", "rag"), ("rag", "direct"), ("rag-ft", "direct-ft"), ("sft", "rag-ft"),
     ("search-r1", "rejection"), ("search-r1", "r1"), ("sft", "direct-ft"),
-    ("shipped", "before"), ("sft", "shipped"),
+    ("rejection", "sft"), ("shipped", "before"), ("sft", "shipped"),
 )  # fmt: skip
-"""The issue's three comparisons first, then the rest of the papers' ordering; last, the
-shipped warm start against the one it replaced and against its own full model (what the
-adapter loses)."""
+"""The issue's three comparisons first, then the rest of the papers' ordering and what
+rejection sampling adds to its warm start; last, the shipped warm start against the one it
+replaced and against its own full model (what the adapter loses)."""
 
 
 def parse_args() -> argparse.Namespace:
