@@ -16,15 +16,11 @@ from searchrl.train import fsdp
 if TYPE_CHECKING:
     from searchrl.train.loop import Trainer
 
-SMALL_PARTS = ("scheduler", "critic_scheduler", "trainer", "signal")
-"""Checkpoint parts rank 0 writes next to the FSDP shards (weights, optimizers)."""
 
-
-def trainer_state(trainer: Trainer) -> dict[str, Any]:
-    """Everything an exact resume needs."""
+def _small_state(trainer: Trainer) -> dict[str, Any]:
+    """The parts rank 0 writes next to the FSDP shards (which hold weights and optimizers):
+    schedules, the trainer's position with its RNG states, the signal meter."""
     parts: dict[str, Any] = {
-        "policy": ckpt.trainable_state(trainer.policy),
-        "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(),
         "trainer": {
             "step": trainer.step_count,
@@ -33,20 +29,29 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
         },
         "signal": trainer.meter.state(),
     }
-    if trainer.critic is not None:
-        assert trainer.critic_optimizer is not None and trainer.critic_scheduler is not None
-        parts["critic"] = ckpt.trainable_state(trainer.critic)
-        parts["critic_optimizer"] = trainer.critic_optimizer.state_dict()
+    if trainer.critic_scheduler is not None:
         parts["critic_scheduler"] = trainer.critic_scheduler.state_dict()
     return parts
 
 
+def trainer_state(trainer: Trainer) -> dict[str, Any]:
+    """Everything an exact resume needs."""
+    parts = _small_state(trainer)
+    parts["policy"] = ckpt.trainable_state(trainer.policy)
+    parts["optimizer"] = trainer.optimizer.state_dict()
+    if trainer.critic is not None:
+        assert trainer.critic_optimizer is not None and trainer.critic_scheduler is not None
+        parts["critic"] = ckpt.trainable_state(trainer.critic)
+        parts["critic_optimizer"] = trainer.critic_optimizer.state_dict()
+    return parts
+
+
 def save_trainer(trainer: Trainer, root: Path) -> Path:
-    """Atomically write a checkpoint of the current step (sharded: every rank calls it)."""
+    """Atomically write a checkpoint of the current step (sharded: every rank calls it; the
+    sharded weights and optimizers are not gathered into a state dict only to be dropped)."""
     keep = trainer.config.keep_checkpoints
     if trainer.dist.sharded:
-        small = {k: v for k, v in trainer_state(trainer).items() if k in SMALL_PARTS}
-        return fsdp.save_checkpoint(root, trainer, small, keep)
+        return fsdp.save_checkpoint(root, trainer, _small_state(trainer), keep)
     return ckpt.save_checkpoint(root, trainer.step_count, trainer_state(trainer), keep)
 
 
